@@ -1,0 +1,33 @@
+// core/image/dtype_convert.h — element conversions between image dtypes (scalar, exact
+// IEEE rounding: round-to-nearest-even for f16/bf16, NaN preserved). Used by the converter
+// and repack, which stream rows; the engine's fast paths live in kernels/.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "image/format.h"
+
+namespace colibri::image {
+
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+float bf16_to_f32(uint16_t b);
+uint16_t f32_to_bf16(float f);
+
+// Decodes `count` elements of a float dtype (F32, F16, BF16) into f32.
+void decode_floats(DType dtype, const void *src, size_t count, float *dst);
+// Encodes f32 into a float dtype (F32, F16, BF16).
+void encode_floats(DType dtype, const float *src, size_t count, void *dst);
+
+// Quantises one row of `cols` floats (cols % group_size == 0) into Q8 blocks
+// {f32 scale; int8 q[group_size]}. Returns the largest absolute rounding error and stores
+// the largest scale seen in *max_scale (the error bound is max_scale / 2).
+float quantize_row_q8(const float *src, size_t cols, uint32_t group_size, void *dst, float *max_scale);
+// Dequantises one Q8 row back to floats.
+void dequantize_row_q8(const void *src, size_t cols, uint32_t group_size, float *dst);
+
+// Bytes of one row of `cols` elements in `dtype` (Q8 needs cols % group_size == 0).
+uint64_t row_bytes(DType dtype, uint32_t group_size, uint64_t cols);
+
+}  // namespace colibri::image

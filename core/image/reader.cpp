@@ -1,0 +1,341 @@
+// core/image/reader.cpp — mmap + validation of model images.
+#include "image/reader.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "image/writer.h"
+#include "util/strings.h"
+
+namespace colibri::image {
+
+using util::strprintf;
+
+static unsigned long long ull(uint64_t v) { return static_cast<unsigned long long>(v); }
+
+uint64_t TensorInfo::element_count() const {
+  uint64_t n = 1;
+  for (uint32_t i = 0; i < rank; ++i) n *= shape[i];
+  return n;
+}
+
+std::string TensorInfo::shape_string() const {
+  std::string s = "[";
+  for (uint32_t i = 0; i < rank; ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+Image::~Image() {
+  if (mapped_ && base_) {
+    if (locked_) ::munlock(base_, size_);
+    ::munmap(const_cast<unsigned char *>(base_), size_);
+  }
+}
+
+const TensorInfo *Image::find(std::string_view name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &tensors_[it->second];
+}
+
+std::unique_ptr<Image> Image::open(const std::string &path, const OpenOptions &options, Error *error) {
+  auto fail = [&](ErrorKind kind, std::string message) -> std::unique_ptr<Image> {
+    *error = make_error(kind, std::move(message));
+    return nullptr;
+  };
+  const char *p = path.c_str();
+  int fd = ::open(p, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    struct stat st;
+    if (e == ENOENT) return fail(ErrorKind::Io, strprintf("cannot open '%s': %s; check the path", p, util::errno_text(e).c_str()));
+    if (e == EACCES)
+      return fail(ErrorKind::Io, strprintf("cannot open '%s': %s; check the file's permissions (ls -l %s) or run "
+                                           "as a user that may read it",
+                                           p, util::errno_text(e).c_str(), p));
+    if (::stat(p, &st) == 0 && S_ISDIR(st.st_mode))
+      return fail(ErrorKind::Io, strprintf("'%s' is a directory, not a model image", p));
+    return fail(ErrorKind::Io, strprintf("cannot open '%s': %s", p, util::errno_text(e).c_str()));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    return fail(ErrorKind::Io, strprintf("cannot stat '%s': %s", p, util::errno_text(e).c_str()));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return fail(ErrorKind::Io,
+                strprintf("'%s' is a directory, not a model image. If it is a Hugging Face checkpoint, convert it "
+                          "with: colibri-model convert %s -o OUT.colibri",
+                          p, p));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return fail(ErrorKind::Io, strprintf("'%s' is not a regular file (device, pipe or socket); images must be "
+                                         "regular files that can be memory-mapped",
+                                         p));
+  }
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size < kHeaderSize) {
+    unsigned char head[kHeaderSize] = {};
+    ssize_t n = size ? ::pread(fd, head, size, 0) : 0;
+    ::close(fd);
+    uint64_t got = n > 0 ? static_cast<uint64_t>(n) : 0;
+    if (got >= 8 && std::memcmp(head, kMagic, 8) == 0)
+      return fail(ErrorKind::Corrupt,
+                  strprintf("'%s' is truncated: %llu bytes, smaller than the %llu-byte header; copy the image again",
+                            p, ull(size), ull(kHeaderSize)));
+    *error = diagnose_foreign_file(head, got, size, path);
+    return nullptr;
+  }
+  int flags = MAP_PRIVATE | (options.populate ? MAP_POPULATE : 0);
+  void *map = ::mmap(nullptr, size, PROT_READ, flags, fd, 0);
+  int map_errno = errno;
+  ::close(fd);
+  if (map == MAP_FAILED)
+    return fail(ErrorKind::Io, strprintf("cannot memory-map '%s' (%llu bytes): %s", p, ull(size),
+                                         util::errno_text(map_errno).c_str()));
+
+  std::unique_ptr<Image> image(new Image());
+  image->base_ = static_cast<const unsigned char *>(map);
+  image->size_ = size;
+  image->mapped_ = true;
+  image->label_ = path;
+  if (Error e = image->validate()) {
+    *error = e;
+    return nullptr;
+  }
+  int advice = -1;
+  switch (options.advice) {
+    case MapAdvice::Normal: break;
+    case MapAdvice::Sequential: advice = MADV_SEQUENTIAL; break;
+    case MapAdvice::WillNeed: advice = MADV_WILLNEED; break;
+    case MapAdvice::Random: advice = MADV_RANDOM; break;
+    case MapAdvice::HugePage: advice = MADV_HUGEPAGE; break;
+  }
+  if (advice >= 0) ::madvise(map, size, advice);  // advisory: failure changes nothing
+  if (options.lock) {
+    if (::mlock(map, size) != 0) {
+      int e = errno;
+      return fail(ErrorKind::Io, strprintf("cannot mlock '%s' (%s): %s; raise the memlock limit (ulimit -l) or "
+                                           "open without locking",
+                                           p, util::human_bytes(size).c_str(), util::errno_text(e).c_str()));
+    }
+    image->locked_ = true;
+  }
+  if (options.verify_checksums) {
+    if (Error e = image->verify_all(0)) {
+      *error = e;
+      return nullptr;
+    }
+  }
+  return image;
+}
+
+std::unique_ptr<Image> Image::from_memory(const unsigned char *bytes, uint64_t size, const std::string &label,
+                                          Error *error) {
+  if (size < kHeaderSize) {
+    if (size >= 8 && std::memcmp(bytes, kMagic, 8) == 0) {
+      *error = make_error(ErrorKind::Corrupt, strprintf("'%s' is truncated: %llu bytes, smaller than the %llu-byte "
+                                                        "header; copy the image again",
+                                                        label.c_str(), ull(size), ull(kHeaderSize)));
+    } else {
+      *error = diagnose_foreign_file(bytes, size, size, label);
+    }
+    return nullptr;
+  }
+  std::unique_ptr<Image> image(new Image());
+  image->base_ = bytes;
+  image->size_ = size;
+  image->label_ = label;
+  if (Error e = image->validate()) {
+    *error = e;
+    return nullptr;
+  }
+  return image;
+}
+
+// Validation order: identity (magic, version) → sizes of the regions → header checksum →
+// each directory entry → relations between entries → metadata is a JSON object.
+Error Image::validate() {
+  const char *p = label_.c_str();
+  std::memcpy(&header_, base_, sizeof header_);
+  auto corrupt = [&](std::string m) { return make_error(ErrorKind::Corrupt, strprintf("'%s': %s", p, m.c_str())); };
+
+  if (std::memcmp(header_.magic, kMagic, 8) != 0) return diagnose_foreign_file(base_, std::min<uint64_t>(size_, 64), size_, label_);
+  if (header_.version > kFormatVersion)
+    return make_error(ErrorKind::Unsupported,
+                      strprintf("'%s': image version %u is newer than this build supports (max %u); upgrade "
+                                "Colibri to read it",
+                                p, header_.version, kFormatVersion));
+  if (header_.version < kMinReadableVersion)
+    return make_error(ErrorKind::Unsupported,
+                      strprintf("'%s': image version %u is older than this build supports (min %u); convert the "
+                                "checkpoint again with this colibri-model",
+                                p, header_.version, kMinReadableVersion));
+  if (header_.header_size != kHeaderSize)
+    return corrupt(strprintf("header size field is %u, format version %u has %llu", header_.header_size,
+                             header_.version, ull(kHeaderSize)));
+  if (header_.file_size != size_) {
+    if (header_.file_size > size_)
+      return corrupt(strprintf("truncated: the header says the image is %llu bytes, the file has %llu (%llu bytes "
+                               "missing); copy the image again",
+                               ull(header_.file_size), ull(size_), ull(header_.file_size - size_)));
+    return corrupt(strprintf("the header says the image is %llu bytes but the file has %llu (%llu unexpected bytes "
+                             "at the end): appended data or a damaged header",
+                             ull(header_.file_size), ull(size_), ull(size_ - header_.file_size)));
+  }
+  uint64_t align = header_.data_alignment;
+  if (align < kMinAlignment || align > kMaxAlignment || (align & (align - 1)) != 0)
+    return corrupt(strprintf("data alignment %llu is not a power of two in [%llu, %llu]", ull(align),
+                             ull(kMinAlignment), ull(kMaxAlignment)));
+  if (header_.tensor_count > kMaxTensorCount)
+    return corrupt(strprintf("tensor count %llu exceeds the format limit %llu", ull(header_.tensor_count),
+                             ull(kMaxTensorCount)));
+  if (header_.directory_offset != kHeaderSize)
+    return corrupt(strprintf("directory offset %llu, expected %llu (right after the header)",
+                             ull(header_.directory_offset), ull(kHeaderSize)));
+  uint64_t entries_bytes = header_.tensor_count * kTensorEntrySize;
+  if (header_.directory_size < entries_bytes || header_.directory_size > size_ - kHeaderSize)
+    return corrupt(strprintf("directory size %llu does not fit %llu entries of %llu bytes within the file (%llu bytes)",
+                             ull(header_.directory_size), ull(header_.tensor_count), ull(kTensorEntrySize),
+                             ull(size_)));
+  uint64_t directory_end = kHeaderSize + header_.directory_size;
+  if (header_.metadata_offset != directory_end)
+    return corrupt(strprintf("metadata offset %llu, expected %llu (right after the directory)",
+                             ull(header_.metadata_offset), ull(directory_end)));
+  if (header_.metadata_size > kMaxMetadataSize || header_.metadata_size > size_ - directory_end)
+    return corrupt(strprintf("metadata of %llu bytes at offset %llu extends beyond the end of the file (%llu bytes)",
+                             ull(header_.metadata_size), ull(header_.metadata_offset), ull(size_)));
+  uint64_t metadata_end = directory_end + header_.metadata_size;
+
+  uint64_t computed = header_checksum(header_, base_ + kHeaderSize, header_.directory_size,
+                                      base_ + header_.metadata_offset, header_.metadata_size);
+  if (computed != header_.header_checksum)
+    return corrupt(strprintf("header checksum mismatch: stored %s, computed %s; the header, tensor directory or "
+                             "metadata is damaged. Copy the image again (or re-convert it)",
+                             util::hex64(header_.header_checksum).c_str(), util::hex64(computed).c_str()));
+
+  const unsigned char *strings = base_ + kHeaderSize + entries_bytes;
+  uint64_t strings_size = header_.directory_size - entries_bytes;
+  tensors_.clear();
+  tensors_.reserve(header_.tensor_count);
+  by_name_.clear();
+  for (uint64_t i = 0; i < header_.tensor_count; ++i) {
+    TensorEntry e;
+    std::memcpy(&e, base_ + kHeaderSize + i * kTensorEntrySize, sizeof e);
+    if (e.name_length == 0 || e.name_length > kMaxNameLength || e.name_offset > strings_size ||
+        e.name_length > strings_size - e.name_offset)
+      return corrupt(strprintf("tensor #%llu: name (offset %llu, length %u) lies outside the string table (%llu bytes)",
+                               ull(i), ull(e.name_offset), e.name_length, ull(strings_size)));
+    TensorInfo t;
+    t.name.assign(reinterpret_cast<const char *>(strings + e.name_offset), e.name_length);
+    if (t.name.find('\0') != std::string::npos)
+      return corrupt(strprintf("tensor #%llu: name contains a NUL byte", ull(i)));
+    const char *tn = t.name.c_str();
+    if (!dtype_is_valid(e.dtype))
+      return corrupt(strprintf("tensor '%s': unknown dtype code %u (this build knows 0..%u)", tn, e.dtype,
+                               kDTypeCount - 1));
+    if (e.rank < 1 || e.rank > kMaxTensorRank)
+      return corrupt(strprintf("tensor '%s': rank %u not in 1..%u", tn, e.rank, kMaxTensorRank));
+    for (uint32_t d = e.rank; d < kMaxTensorRank; ++d)
+      if (e.shape[d] != 0) return corrupt(strprintf("tensor '%s': unused shape dimension %u is not zero", tn, d));
+    t.dtype = static_cast<DType>(e.dtype);
+    t.group_size = e.group_size;
+    t.rank = e.rank;
+    std::copy(e.shape, e.shape + kMaxTensorRank, t.shape);
+    uint64_t expected = 0;
+    if (!tensor_data_bytes(t.dtype, e.group_size, e.rank, e.shape, &expected))
+      return corrupt(strprintf("tensor '%s': shape %s with dtype %s (group size %u) is invalid", tn,
+                               t.shape_string().c_str(), dtype_name(t.dtype), e.group_size));
+    if (expected != e.data_size)
+      return corrupt(strprintf("tensor '%s': size %llu bytes, but %s %s needs %llu", tn, ull(e.data_size),
+                               dtype_name(t.dtype), t.shape_string().c_str(), ull(expected)));
+    if (e.data_offset % align != 0)
+      return corrupt(strprintf("tensor '%s' is misaligned: offset %llu is not a multiple of the %llu-byte alignment",
+                               tn, ull(e.data_offset), ull(align)));
+    if (e.data_offset < metadata_end)
+      return corrupt(strprintf("tensor '%s' at offset %llu overlaps the header/directory/metadata (which end at %llu)",
+                               tn, ull(e.data_offset), ull(metadata_end)));
+    if (e.data_offset > size_ || e.data_size > size_ - e.data_offset)
+      return corrupt(strprintf("tensor '%s' [%llu, %llu) extends beyond the end of the file (%llu bytes)", tn,
+                               ull(e.data_offset), ull(e.data_offset) + ull(e.data_size), ull(size_)));
+    t.offset = e.data_offset;
+    t.size = e.data_size;
+    t.checksum = e.checksum;
+    tensors_.push_back(std::move(t));
+  }
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (!by_name_.emplace(std::string_view(tensors_[i].name), i).second)
+      return corrupt(strprintf("tensor name '%s' appears twice in the directory", tensors_[i].name.c_str()));
+  }
+  // Overlaps: sort by offset and compare neighbours.
+  std::vector<size_t> order(tensors_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return tensors_[a].offset < tensors_[b].offset; });
+  for (size_t i = 1; i < order.size(); ++i) {
+    const TensorInfo &a = tensors_[order[i - 1]];
+    const TensorInfo &b = tensors_[order[i]];
+    if (a.offset + a.size > b.offset)
+      return corrupt(strprintf("tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) overlap", a.name.c_str(),
+                               ull(a.offset), ull(a.offset + a.size), b.name.c_str(), ull(b.offset),
+                               ull(b.offset + b.size)));
+  }
+  uint64_t first = order.empty() ? header_.weight_data_offset : tensors_[order.front()].offset;
+  if (header_.weight_data_offset != first)
+    return corrupt(strprintf("weight data offset %llu does not match the first tensor's offset %llu",
+                             ull(header_.weight_data_offset), ull(first)));
+  if (header_.gate_weight_offset != 0) {
+    bool found = false;
+    for (const TensorInfo &t : tensors_) found = found || t.offset == header_.gate_weight_offset;
+    if (!found)
+      return corrupt(strprintf("gate weight offset %llu is not the start of any tensor", ull(header_.gate_weight_offset)));
+  }
+  std::string_view meta = metadata_json();
+  metadata_ = nlohmann::json::parse(meta.begin(), meta.end(), nullptr, /*allow_exceptions=*/false);
+  if (metadata_.is_discarded() || !metadata_.is_object())
+    return corrupt("the metadata section is not a JSON object");
+  return {};
+}
+
+Error Image::verify_tensor(const TensorInfo &tensor) const {
+  uint64_t computed = checksum_bytes(data(tensor), tensor.size);
+  if (computed != tensor.checksum)
+    return make_error(ErrorKind::Corrupt,
+                      strprintf("'%s': tensor '%s' checksum mismatch: stored %s, computed %s; its bytes at [%llu, "
+                                "%llu) are damaged. Copy the image again (or re-convert it)",
+                                label_.c_str(), tensor.name.c_str(), util::hex64(tensor.checksum).c_str(),
+                                util::hex64(computed).c_str(), ull(tensor.offset), ull(tensor.offset + tensor.size)));
+  return {};
+}
+
+Error Image::verify_all(unsigned threads) const {
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  threads = static_cast<unsigned>(std::min<size_t>(threads, std::max<size_t>(1, tensors_.size())));
+  // Each thread takes tensors from a shared counter; the first failure in directory order wins.
+  std::atomic<size_t> next{0};
+  std::vector<Error> results(tensors_.size());
+  auto work = [&] {
+    for (size_t i = next.fetch_add(1); i < tensors_.size(); i = next.fetch_add(1)) results[i] = verify_tensor(tensors_[i]);
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto &th : pool) th.join();
+  for (Error &e : results)
+    if (e) return e;
+  return {};
+}
+
+}  // namespace colibri::image

@@ -1,0 +1,97 @@
+// core/image/reader.h — opens a model image: mmap read-only, validate, expose views.
+//
+// Every offset, size and count in the header and directory is checked against the file
+// size and against each other before anything is dereferenced, so a hostile or damaged
+// file yields an Error naming the cause — never a crash. Opening reads only the header,
+// directory and metadata; tensor bytes are touched only by verify or by the engine.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "image/format.h"
+#include "util/error.h"
+
+namespace colibri::image {
+
+enum class MapAdvice : uint32_t { Normal = 0, Sequential, WillNeed, Random, HugePage };
+
+struct OpenOptions {
+  bool populate = false;          // MAP_POPULATE: fault every page in at open
+  MapAdvice advice = MapAdvice::Normal;
+  bool lock = false;              // mlock the mapping (needs RLIMIT_MEMLOCK)
+  bool verify_checksums = false;  // check every tensor checksum at open (reads all bytes)
+};
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::F32;
+  uint32_t group_size = 0;
+  uint32_t rank = 0;
+  uint64_t shape[kMaxTensorRank] = {};
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  uint64_t checksum = 0;
+
+  uint64_t element_count() const;
+  std::string shape_string() const;  // "[8, 2816, 1024]"
+};
+
+class Image {
+ public:
+  ~Image();
+  Image(const Image &) = delete;
+  Image &operator=(const Image &) = delete;
+
+  // Opens and validates `path`. On failure returns nullptr and fills *error.
+  static std::unique_ptr<Image> open(const std::string &path, const OpenOptions &options, Error *error);
+
+  // Validates an image held in memory (not copied: `bytes` must outlive the Image).
+  // The fuzzer and the tests use this; `open` maps the file and calls it.
+  static std::unique_ptr<Image> from_memory(const unsigned char *bytes, uint64_t size, const std::string &label,
+                                            Error *error);
+
+  const FileHeader &header() const { return header_; }
+  uint64_t file_size() const { return size_; }
+  const std::string &path() const { return label_; }
+  const std::vector<TensorInfo> &tensors() const { return tensors_; }
+  const TensorInfo *find(std::string_view name) const;
+  const unsigned char *data(const TensorInfo &tensor) const { return base_ + tensor.offset; }
+  std::string_view metadata_json() const {
+    return {reinterpret_cast<const char *>(base_ + header_.metadata_offset), header_.metadata_size};
+  }
+  // The metadata, parsed at open (validation requires a JSON object).
+  const nlohmann::json &metadata() const { return metadata_; }
+
+  // Recomputes one tensor's checksum; Corrupt error naming the tensor on mismatch.
+  Error verify_tensor(const TensorInfo &tensor) const;
+  // All tensors, split over `threads` threads (0 = hardware concurrency).
+  Error verify_all(unsigned threads) const;
+
+ private:
+  Image() = default;
+  Error validate();
+
+  const unsigned char *base_ = nullptr;
+  uint64_t size_ = 0;
+  bool mapped_ = false;
+  bool locked_ = false;
+  std::string label_;
+  FileHeader header_{};
+  std::vector<TensorInfo> tensors_;
+  nlohmann::json metadata_;
+  std::unordered_map<std::string_view, size_t> by_name_;
+};
+
+// Explains why `bytes` (the first bytes of a file of `file_size` bytes) is not a Colibri
+// image: empty, zeros, text, GGUF, safetensors, zip, zstd, byte-swapped magic, or unknown.
+// Returns an error of kind NotAnImage; `path` is quoted in the message and its fix.
+Error diagnose_foreign_file(const unsigned char *bytes, uint64_t available, uint64_t file_size, const std::string &path);
+
+}  // namespace colibri::image

@@ -1,0 +1,83 @@
+// core/image/writer.h — streams a model image to disk.
+//
+// The caller declares every tensor (name, dtype, shape) and the metadata up front, then
+// appends each tensor's bytes in declaration order, in as many chunks as it likes: the
+// writer never holds a tensor in memory. Checksums are computed while streaming. The file
+// is written to a temporary path and renamed into place by finish() after fsync, so a
+// crash or error never leaves a partial image under the output name.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "image/format.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+
+namespace colibri::image {
+
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::F32;
+  uint32_t group_size = 0;  // Q8 only
+  std::vector<uint64_t> shape;  // outermost first
+};
+
+// The original Colibri header fields plus the layer count; the writer fills the offsets.
+struct ModelHeaderFields {
+  uint64_t expert_count = 0;
+  uint64_t expert_size_bytes = 0;
+  uint64_t hidden_size = 0;
+  uint64_t ffn_hidden_size = 0;
+  uint64_t top_k = 0;
+  uint64_t layer_count = 0;
+  std::string gate_tensor_name;  // tensor whose offset becomes gate_weight_offset ("" = none)
+};
+
+struct WriterOptions {
+  uint64_t alignment = kDefaultAlignment;  // power of two in [kMinAlignment, kMaxAlignment]
+  bool overwrite = false;                  // replace an existing output file
+};
+
+class ImageWriter {
+ public:
+  ImageWriter() = default;
+  ImageWriter(const ImageWriter &) = delete;
+  ImageWriter &operator=(const ImageWriter &) = delete;
+
+  Error begin(const std::string &path, const WriterOptions &options, const ModelHeaderFields &fields,
+              std::vector<TensorSpec> tensors, const std::string &metadata_json);
+
+  // Appends bytes to the current tensor; moves on to the next one when it is complete.
+  Error append(const void *data, size_t bytes);
+
+  // Index of the tensor the next append() goes to (== tensor count when all are written).
+  size_t current_tensor() const { return current_; }
+  const std::vector<TensorSpec> &tensors() const { return specs_; }
+  uint64_t tensor_bytes(size_t index) const { return entries_[index].data_size; }
+
+  // Writes the directory and header, fsyncs, renames into place.
+  Error finish();
+
+ private:
+  struct Hasher;
+  util::AtomicFile file_;
+  std::vector<TensorSpec> specs_;
+  std::vector<TensorEntry> entries_;
+  std::vector<char> string_table_;
+  std::string metadata_;
+  FileHeader header_{};
+  size_t current_ = 0;
+  uint64_t current_written_ = 0;
+  std::shared_ptr<Hasher> hasher_;
+  bool failed_ = false;
+};
+
+// Checksum helpers (XXH3-64) shared by the writer, reader and tools.
+uint64_t checksum_bytes(const void *data, size_t bytes);
+uint64_t header_checksum(const FileHeader &header, const unsigned char *directory, uint64_t directory_size,
+                         const unsigned char *metadata, uint64_t metadata_size);
+
+}  // namespace colibri::image

@@ -1,0 +1,142 @@
+// core/model/config.cpp — ModelConfig <-> JSON with validation.
+#include "model/config.h"
+
+#include "util/strings.h"
+
+namespace colibri::model {
+
+using util::strprintf;
+
+nlohmann::json ModelConfig::to_json() const {
+  nlohmann::json j;
+  j["family"] = family;
+  j["hf_architecture"] = hf_architecture;
+  j["vocab_size"] = vocab_size;
+  j["hidden_size"] = hidden_size;
+  j["layer_count"] = layer_count;
+  j["head_count"] = head_count;
+  j["kv_head_count"] = kv_head_count;
+  j["head_dim"] = head_dim;
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["rms_norm_eps"] = rms_norm_eps;
+  j["rope_theta"] = rope_theta;
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  j["attention_bias"] = attention_bias;
+  j["qk_norm"] = qk_norm;
+  j["clip_qkv"] = clip_qkv;
+  j["expert_count"] = expert_count;
+  j["expert_ffn_size"] = expert_ffn_size;
+  j["top_k"] = top_k;
+  j["router_score"] = router_score;
+  j["norm_topk_prob"] = norm_topk_prob;
+  j["shared_expert_ffn_size"] = shared_expert_ffn_size;
+  j["shared_expert_gate"] = shared_expert_gate;
+  j["dense_ffn_size"] = dense_ffn_size;
+  j["layer_is_moe"] = layer_is_moe;
+  return j;
+}
+
+namespace {
+
+template <typename T>
+bool read_field(const nlohmann::json &j, const char *key, T *out, std::string *problem) {
+  auto it = j.find(key);
+  if (it == j.end()) {
+    *problem = strprintf("missing key '%s'", key);
+    return false;
+  }
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!it->is_boolean()) { *problem = strprintf("'%s' must be a boolean", key); return false; }
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (!it->is_string()) { *problem = strprintf("'%s' must be a string", key); return false; }
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!it->is_number()) { *problem = strprintf("'%s' must be a number", key); return false; }
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!it->is_number_unsigned() && !(it->is_number_integer() && it->template get<int64_t>() >= 0)) {
+      *problem = strprintf("'%s' must be a non-negative integer", key);
+      return false;
+    }
+  } else {
+    if (!it->is_array()) { *problem = strprintf("'%s' must be an array", key); return false; }
+    for (const auto &v : *it)
+      if (!v.is_number_unsigned() && !v.is_boolean()) { *problem = strprintf("'%s' must hold 0/1 values", key); return false; }
+  }
+  if constexpr (std::is_same_v<T, std::vector<uint8_t>>) {
+    out->clear();
+    for (const auto &v : *it) out->push_back(v.is_boolean() ? (v.template get<bool>() ? 1 : 0) : (v.template get<uint64_t>() ? 1 : 0));
+  } else {
+    *out = it->template get<T>();
+  }
+  return true;
+}
+
+}  // namespace
+
+Error ModelConfig::from_json(const nlohmann::json &j, ModelConfig *out) {
+  ModelConfig c;
+  std::string problem;
+  auto bad = [&](const std::string &why) {
+    return make_error(ErrorKind::Corrupt, "model metadata: " + why);
+  };
+  if (!j.is_object()) return bad("the 'model' entry is not an object");
+#define COLIBRI_READ(key) \
+  if (!read_field(j, #key, &c.key, &problem)) return bad(problem)
+  COLIBRI_READ(family);
+  COLIBRI_READ(hf_architecture);
+  COLIBRI_READ(vocab_size);
+  COLIBRI_READ(hidden_size);
+  COLIBRI_READ(layer_count);
+  COLIBRI_READ(head_count);
+  COLIBRI_READ(kv_head_count);
+  COLIBRI_READ(head_dim);
+  COLIBRI_READ(max_position_embeddings);
+  COLIBRI_READ(rms_norm_eps);
+  COLIBRI_READ(rope_theta);
+  COLIBRI_READ(tie_word_embeddings);
+  COLIBRI_READ(attention_bias);
+  COLIBRI_READ(qk_norm);
+  COLIBRI_READ(clip_qkv);
+  COLIBRI_READ(expert_count);
+  COLIBRI_READ(expert_ffn_size);
+  COLIBRI_READ(top_k);
+  COLIBRI_READ(router_score);
+  COLIBRI_READ(norm_topk_prob);
+  COLIBRI_READ(shared_expert_ffn_size);
+  COLIBRI_READ(shared_expert_gate);
+  COLIBRI_READ(dense_ffn_size);
+  COLIBRI_READ(layer_is_moe);
+#undef COLIBRI_READ
+  if (c.family != kFamilyMixtral && c.family != kFamilyQwen2Moe && c.family != kFamilyQwen3Moe &&
+      c.family != kFamilyOlmoe)
+    return make_error(ErrorKind::Unsupported,
+                      strprintf("model family '%s' is not supported by this build (supported: mixtral, qwen2_moe, "
+                                "qwen3_moe, olmoe)",
+                                c.family.c_str()));
+  if (c.vocab_size == 0 || c.hidden_size == 0 || c.layer_count == 0 || c.head_count == 0 || c.kv_head_count == 0 ||
+      c.head_dim == 0)
+    return bad("vocab_size, hidden_size, layer_count, head_count, kv_head_count and head_dim must be non-zero");
+  if (c.head_count % c.kv_head_count != 0)
+    return bad(strprintf("head_count %llu is not a multiple of kv_head_count %llu",
+                         static_cast<unsigned long long>(c.head_count),
+                         static_cast<unsigned long long>(c.kv_head_count)));
+  if (c.head_dim % 2 != 0) return bad("head_dim must be even (RoPE rotates pairs)");
+  if (c.layer_is_moe.size() != c.layer_count)
+    return bad(strprintf("layer_is_moe has %zu entries for %llu layers", c.layer_is_moe.size(),
+                         static_cast<unsigned long long>(c.layer_count)));
+  bool any_moe = false, any_dense = false;
+  for (uint8_t m : c.layer_is_moe) (m ? any_moe : any_dense) = true;
+  if (any_moe && (c.expert_count == 0 || c.top_k == 0 || c.top_k > c.expert_count || c.expert_ffn_size == 0))
+    return bad("MoE layers need expert_count > 0, expert_ffn_size > 0 and 1 <= top_k <= expert_count");
+  if (any_dense && c.dense_ffn_size == 0) return bad("dense layers need dense_ffn_size > 0");
+  if (c.router_score != "softmax")
+    return make_error(ErrorKind::Unsupported,
+                      strprintf("router score function '%s' is not supported (supported: softmax)", c.router_score.c_str()));
+  if (c.qk_norm != "none" && c.qk_norm != "per_head" && c.qk_norm != "full")
+    return bad(strprintf("qk_norm '%s' is not one of none, per_head, full", c.qk_norm.c_str()));
+  if (!(c.rms_norm_eps > 0.0) || !(c.rope_theta > 0.0) || c.clip_qkv < 0.0)
+    return bad("rms_norm_eps and rope_theta must be positive, clip_qkv non-negative");
+  *out = std::move(c);
+  return {};
+}
+
+}  // namespace colibri::model

@@ -1,0 +1,56 @@
+// core/model/config.h — the hyper-parameters and routing semantics an image carries in its
+// metadata ("model" object), as one struct with JSON (de)serialisation. The converter fills
+// it from config.json; the engine reads it back. Field names are the JSON keys.
+// Semantics per family: ARCHITECTURE.md §4 and docs/format.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "util/error.h"
+
+namespace colibri::model {
+
+// Family identifiers stored in metadata ("family").
+inline constexpr const char *kFamilyMixtral = "mixtral";
+inline constexpr const char *kFamilyQwen2Moe = "qwen2_moe";
+inline constexpr const char *kFamilyQwen3Moe = "qwen3_moe";
+inline constexpr const char *kFamilyOlmoe = "olmoe";
+
+struct ModelConfig {
+  std::string family;           // one of kFamily*
+  std::string hf_architecture;  // e.g. "MixtralForCausalLM"
+  uint64_t vocab_size = 0;
+  uint64_t hidden_size = 0;
+  uint64_t layer_count = 0;
+  uint64_t head_count = 0;
+  uint64_t kv_head_count = 0;
+  uint64_t head_dim = 0;
+  uint64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;       // q/k/v projections have biases (Qwen2-MoE)
+  std::string qk_norm = "none";      // "none" | "per_head" (Qwen3-MoE) | "full" (OLMoE)
+  double clip_qkv = 0.0;             // 0 = no clipping (OLMoE option)
+
+  // MoE
+  uint64_t expert_count = 0;
+  uint64_t expert_ffn_size = 0;      // moe_intermediate_size / intermediate_size per expert
+  uint64_t top_k = 0;
+  std::string router_score = "softmax";  // scores over experts, fp32
+  bool norm_topk_prob = true;            // renormalise the k selected weights to sum 1
+  uint64_t shared_expert_ffn_size = 0;   // 0 = no shared expert
+  bool shared_expert_gate = false;       // shared expert output × sigmoid(gate · x)
+  uint64_t dense_ffn_size = 0;           // intermediate size of dense (non-MoE) layers
+  std::vector<uint8_t> layer_is_moe;     // per layer: 1 = MoE FFN, 0 = dense FFN
+
+  nlohmann::json to_json() const;
+  // Parses and checks consistency (non-zero sizes, top_k ≤ experts, heads divide, ...).
+  static Error from_json(const nlohmann::json &j, ModelConfig *out);
+};
+
+}  // namespace colibri::model

@@ -1,0 +1,75 @@
+// modeltool/cli_support.cpp — option parsing, error reporting and progress for subcommands.
+#include "modeltool/cli_support.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "modeltool/commands.h"
+#include "util/strings.h"
+
+namespace colibri::modeltool {
+
+int exit_code_for(const Error &error) {
+  switch (error.kind) {
+    case ErrorKind::None: return kExitOk;
+    case ErrorKind::Corrupt: return kExitCorrupt;
+    case ErrorKind::InvalidArgument: return kExitUsage;
+    case ErrorKind::NotAnImage: return kExitNotAnImage;
+    case ErrorKind::Io: return kExitIo;
+    case ErrorKind::Unsupported: return kExitUnsupported;
+    case ErrorKind::NonFinite: return kExitCorrupt;
+    case ErrorKind::OutOfMemory:
+    case ErrorKind::Internal: return kExitInternal;
+  }
+  return kExitInternal;
+}
+
+std::optional<cxxopts::ParseResult> parse_or_report(cxxopts::Options &options, int argc, char **argv, int *exit_code) {
+  try {
+    cxxopts::ParseResult result = options.parse(argc, argv);
+    if (result.count("help")) {
+      std::fputs(options.help().c_str(), stdout);
+      *exit_code = kExitOk;
+      return std::nullopt;
+    }
+    return result;
+  } catch (const cxxopts::exceptions::exception &e) {
+    std::fprintf(stderr, "%s: %s\n\n%s", options.program().c_str(), e.what(), options.help().c_str());
+    *exit_code = kExitUsage;
+    return std::nullopt;
+  }
+}
+
+int report_error(const char *command, const Error &error) {
+  std::fprintf(stderr, "colibri-model %s: %s: %s\n", command, error_kind_name(error.kind), error.message.c_str());
+  return exit_code_for(error);
+}
+
+double monotonic_seconds() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+Progress::Progress(const char *label, uint64_t total_bytes)
+    : enabled_(isatty(2) != 0), label_(label), total_(total_bytes), start_s_(monotonic_seconds()) {}
+
+void Progress::update(uint64_t done_bytes, const std::string &detail) {
+  if (!enabled_) return;
+  double now = monotonic_seconds();
+  if (now - last_s_ < 0.1 && done_bytes < total_) return;
+  last_s_ = now;
+  double elapsed = now - start_s_;
+  double rate = elapsed > 0 ? static_cast<double>(done_bytes) / elapsed / 1e6 : 0.0;
+  double pct = total_ ? 100.0 * static_cast<double>(done_bytes) / static_cast<double>(total_) : 100.0;
+  std::fprintf(stderr, "\r%s %5.1f%%  %s / %s  %.0f MB/s  %s\033[K", label_.c_str(), pct,
+               util::human_bytes(done_bytes).c_str(), util::human_bytes(total_).c_str(), rate, detail.c_str());
+  std::fflush(stderr);
+}
+
+void Progress::finish() {
+  if (enabled_) std::fprintf(stderr, "\n");
+}
+
+}  // namespace colibri::modeltool

@@ -1,0 +1,39 @@
+// modeltool/cli_support.h — shared pieces of the subcommands: option parsing with cxxopts
+// that reports errors as usage errors, error printing, exit-code mapping, progress lines.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <cxxopts.hpp>
+
+#include "util/error.h"
+
+namespace colibri::modeltool {
+
+// Parses argv with `options`; on error prints it with the command's help and returns nullopt
+// with *exit_code set; on --help prints help and returns nullopt with *exit_code = 0.
+std::optional<cxxopts::ParseResult> parse_or_report(cxxopts::Options &options, int argc, char **argv, int *exit_code);
+
+// Prints "colibri-model <command>: <kind>: <message>" to stderr and returns the exit code.
+int report_error(const char *command, const Error &error);
+
+// A progress line on stderr, only when stderr is a terminal; redrawn at most ~10×/s.
+class Progress {
+ public:
+  Progress(const char *label, uint64_t total_bytes);
+  void update(uint64_t done_bytes, const std::string &detail = "");
+  void finish();
+
+ private:
+  bool enabled_;
+  std::string label_;
+  uint64_t total_;
+  double start_s_;
+  double last_s_ = 0;
+};
+
+double monotonic_seconds();
+
+}  // namespace colibri::modeltool

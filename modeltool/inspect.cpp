@@ -1,0 +1,190 @@
+// modeltool/inspect.cpp — `colibri-model inspect FILE [--json]`: header fields, metadata
+// summary, tensor table, totals per dtype and expert bytes per layer. The --json form is a
+// stable interface for scripts (keys are only ever added).
+#include <cstdio>
+#include <map>
+
+#include "image/reader.h"
+#include "model/tensor_names.h"
+#include "modeltool/cli_support.h"
+#include "modeltool/commands.h"
+#include "util/strings.h"
+
+namespace colibri::modeltool {
+
+namespace {
+
+struct Summary {
+  std::map<std::string, std::pair<uint64_t, uint64_t>> per_dtype;  // dtype -> (tensors, bytes)
+  std::map<uint64_t, uint64_t> expert_bytes_per_layer;
+  uint64_t total_bytes = 0;
+  uint64_t total_elements = 0;
+};
+
+Summary summarize(const image::Image &img) {
+  Summary s;
+  for (const image::TensorInfo &t : img.tensors()) {
+    auto &d = s.per_dtype[image::dtype_name(t.dtype)];
+    d.first += 1;
+    d.second += t.size;
+    s.total_bytes += t.size;
+    s.total_elements += t.element_count();
+    uint64_t layer;
+    std::string role;
+    if (model::names::parse_layer_tensor(t.name, &layer, &role) &&
+        (role == model::names::kExpertsGate || role == model::names::kExpertsUp || role == model::names::kExpertsDown))
+      s.expert_bytes_per_layer[layer] += t.size;
+  }
+  return s;
+}
+
+nlohmann::json header_json(const image::FileHeader &h) {
+  return {{"magic", util::hex64(image::kMagicDisplay)},
+          {"version", h.version},
+          {"header_size", h.header_size},
+          {"file_size", h.file_size},
+          {"expert_count", h.expert_count},
+          {"expert_size_bytes", h.expert_size_bytes},
+          {"hidden_size", h.hidden_size},
+          {"ffn_hidden_size", h.ffn_hidden_size},
+          {"top_k", h.top_k},
+          {"weight_data_offset", h.weight_data_offset},
+          {"gate_weight_offset", h.gate_weight_offset},
+          {"layer_count", h.layer_count},
+          {"tensor_count", h.tensor_count},
+          {"directory_offset", h.directory_offset},
+          {"directory_size", h.directory_size},
+          {"metadata_offset", h.metadata_offset},
+          {"metadata_size", h.metadata_size},
+          {"data_alignment", h.data_alignment},
+          {"header_checksum", util::hex64(h.header_checksum)}};
+}
+
+// The metadata without the bulky tokenizer text: its size and a hash stand in for it.
+nlohmann::json metadata_summary(const nlohmann::json &meta) {
+  nlohmann::json out = meta;
+  auto tok = out.find("tokenizer");
+  if (tok != out.end() && tok->is_object()) {
+    auto text = tok->find("json");
+    if (text != tok->end() && text->is_string()) {
+      (*tok)["json_bytes"] = text->get_ref<const std::string &>().size();
+      tok->erase("json");
+    }
+    auto tmpl = tok->find("chat_template");
+    if (tmpl != tok->end() && tmpl->is_string()) {
+      (*tok)["chat_template_bytes"] = tmpl->get_ref<const std::string &>().size();
+      tok->erase("chat_template");
+    }
+  }
+  return out;
+}
+
+void print_text(const image::Image &img, const Summary &s) {
+  const image::FileHeader &h = img.header();
+  std::printf("file            %s\n", img.path().c_str());
+  std::printf("format          Colibri image version %u, %s, alignment %llu\n", h.version,
+              util::human_bytes(h.file_size).c_str(), static_cast<unsigned long long>(h.data_alignment));
+  std::printf("experts         %llu per MoE layer, top-%llu, %s each\n", static_cast<unsigned long long>(h.expert_count),
+              static_cast<unsigned long long>(h.top_k), util::human_bytes(h.expert_size_bytes).c_str());
+  std::printf("sizes           hidden %llu, expert ffn %llu, layers %llu\n", static_cast<unsigned long long>(h.hidden_size),
+              static_cast<unsigned long long>(h.ffn_hidden_size), static_cast<unsigned long long>(h.layer_count));
+  std::printf("offsets         directory %llu (+%llu), metadata %llu (+%llu), weights %llu, gate %llu\n",
+              static_cast<unsigned long long>(h.directory_offset), static_cast<unsigned long long>(h.directory_size),
+              static_cast<unsigned long long>(h.metadata_offset), static_cast<unsigned long long>(h.metadata_size),
+              static_cast<unsigned long long>(h.weight_data_offset), static_cast<unsigned long long>(h.gate_weight_offset));
+  std::printf("header sum      %s\n", util::hex64(h.header_checksum).c_str());
+
+  const nlohmann::json &meta = img.metadata();
+  auto model = meta.find("model");
+  if (model != meta.end() && model->is_object()) {
+    std::printf("\nmodel\n");
+    for (auto it = model->begin(); it != model->end(); ++it) {
+      if (it.key() == "layer_is_moe") continue;
+      std::printf("  %-24s %s\n", it.key().c_str(), it.value().dump().c_str());
+    }
+    auto moe = model->find("layer_is_moe");
+    if (moe != model->end() && moe->is_array()) {
+      std::string layers;
+      for (const auto &v : *moe) layers += (v.is_number() && v.get<int>()) || (v.is_boolean() && v.get<bool>()) ? 'M' : 'D';
+      std::printf("  %-24s %s (M = MoE, D = dense)\n", "layers", layers.c_str());
+    }
+  }
+  auto tok = meta.find("tokenizer");
+  if (tok != meta.end() && tok->is_object()) {
+    nlohmann::json t = metadata_summary(meta)["tokenizer"];
+    std::printf("\ntokenizer\n");
+    for (auto it = t.begin(); it != t.end(); ++it) std::printf("  %-24s %s\n", it.key().c_str(), it.value().dump().c_str());
+  }
+
+  std::printf("\n%-40s %-5s %-24s %14s %14s\n", "tensor", "dtype", "shape", "offset", "bytes");
+  for (const image::TensorInfo &t : img.tensors()) {
+    std::string dtype = image::dtype_name(t.dtype);
+    if (t.dtype == image::DType::Q8) dtype += "/" + std::to_string(t.group_size);
+    std::printf("%-40s %-5s %-24s %14llu %14llu\n", t.name.c_str(), dtype.c_str(), t.shape_string().c_str(),
+                static_cast<unsigned long long>(t.offset), static_cast<unsigned long long>(t.size));
+  }
+  std::printf("\ntotals\n");
+  for (const auto &[dtype, v] : s.per_dtype)
+    std::printf("  %-5s %6llu tensors %12s\n", dtype.c_str(), static_cast<unsigned long long>(v.first),
+                util::human_bytes(v.second).c_str());
+  std::printf("  all   %6zu tensors %12s, %llu parameters\n", img.tensors().size(), util::human_bytes(s.total_bytes).c_str(),
+              static_cast<unsigned long long>(s.total_elements));
+  if (!s.expert_bytes_per_layer.empty()) {
+    std::printf("\nexpert bytes per layer\n");
+    for (const auto &[layer, bytes] : s.expert_bytes_per_layer)
+      std::printf("  blk.%-4llu %12s\n", static_cast<unsigned long long>(layer), util::human_bytes(bytes).c_str());
+  }
+}
+
+nlohmann::json to_json(const image::Image &img, const Summary &s) {
+  nlohmann::json j;
+  j["file"] = img.path();
+  j["header"] = header_json(img.header());
+  j["metadata"] = metadata_summary(img.metadata());
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const image::TensorInfo &t : img.tensors()) {
+    nlohmann::json shape = nlohmann::json::array();
+    for (uint32_t i = 0; i < t.rank; ++i) shape.push_back(t.shape[i]);
+    tensors.push_back({{"name", t.name},
+                       {"dtype", image::dtype_name(t.dtype)},
+                       {"group_size", t.group_size},
+                       {"shape", shape},
+                       {"offset", t.offset},
+                       {"size", t.size},
+                       {"checksum", util::hex64(t.checksum)}});
+  }
+  j["tensors"] = tensors;
+  nlohmann::json totals = nlohmann::json::object();
+  for (const auto &[dtype, v] : s.per_dtype) totals[dtype] = {{"tensors", v.first}, {"bytes", v.second}};
+  j["totals"] = {{"per_dtype", totals}, {"bytes", s.total_bytes}, {"parameters", s.total_elements}};
+  nlohmann::json experts = nlohmann::json::object();
+  for (const auto &[layer, bytes] : s.expert_bytes_per_layer) experts[std::to_string(layer)] = bytes;
+  j["expert_bytes_per_layer"] = experts;
+  return j;
+}
+
+}  // namespace
+
+int run_inspect(int argc, char **argv) {
+  cxxopts::Options options("colibri-model inspect", "Show an image's header, metadata and tensor table.");
+  options.add_options()("json", "machine-readable JSON output (stable keys)")("h,help", "show this help")(
+      "file", "image file", cxxopts::value<std::string>());
+  options.parse_positional({"file"});
+  options.positional_help("FILE");
+  int code = kExitOk;
+  auto args = parse_or_report(options, argc, argv, &code);
+  if (!args) return code;
+  if (!args->count("file")) {
+    std::fprintf(stderr, "colibri-model inspect: missing FILE\n\n%s", options.help().c_str());
+    return kExitUsage;
+  }
+  Error error;
+  auto img = image::Image::open((*args)["file"].as<std::string>(), {}, &error);
+  if (!img) return report_error("inspect", error);
+  Summary s = summarize(*img);
+  if (args->count("json")) std::printf("%s\n", to_json(*img, s).dump(2).c_str());
+  else print_text(*img, s);
+  return kExitOk;
+}
+
+}  // namespace colibri::modeltool

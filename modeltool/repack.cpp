@@ -1,0 +1,366 @@
+// modeltool/repack.cpp — `colibri-model repack IN OUT ...`: rewrite an image with other
+// dtypes or alignment, or convert between the image and its zstd distribution form.
+// Output is always written atomically (temp file + rename); IN is never modified.
+#include <zstd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "image/dtype_convert.h"
+#include "image/reader.h"
+#include "image/writer.h"
+#include "model/tensor_names.h"
+#include "modeltool/cli_support.h"
+#include "modeltool/commands.h"
+#include "util/atomic_file.h"
+#include "util/strings.h"
+
+namespace colibri::modeltool {
+
+using util::strprintf;
+
+namespace {
+
+struct RepackRequest {
+  std::string in, out;
+  bool force = false;
+  bool quiet = false;
+  bool compress = false, decompress = false;
+  bool change_dtype = false;
+  image::DType dtype = image::DType::F16;
+  uint32_t group_size = image::kQ8DefaultGroupSize;
+  uint64_t alignment = 0;  // 0 = keep
+  int zstd_level = 3;
+  unsigned threads = 0;
+};
+
+Error compress_image(const RepackRequest &r) {
+  Error error;
+  image::OpenOptions open_options;
+  open_options.advice = image::MapAdvice::Sequential;
+  auto img = image::Image::open(r.in, open_options, &error);
+  if (!img) return error;
+  util::AtomicFile out;
+  if (Error e = out.open(r.out, r.force)) return e;
+  ZSTD_CCtx *cctx = ZSTD_createCCtx();
+  if (!cctx) return make_error(ErrorKind::OutOfMemory, "cannot create a zstd compression context");
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, r.zstd_level);
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+  unsigned workers = r.threads ? r.threads : std::max(1u, std::thread::hardware_concurrency());
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_nbWorkers, static_cast<int>(workers));  // ignored by single-threaded libzstd
+  ZSTD_CCtx_setPledgedSrcSize(cctx, img->file_size());
+  std::vector<char> buffer(ZSTD_CStreamOutSize());
+  const unsigned char *base = img->data(image::TensorInfo{});  // offset 0 == start of the mapping
+  const uint64_t chunk = 4ull << 20;
+  Progress progress("compress", img->file_size());
+  Error result;
+  for (uint64_t pos = 0; pos < img->file_size() || pos == 0;) {
+    uint64_t n = std::min(chunk, img->file_size() - pos);
+    bool last = pos + n == img->file_size();
+    ZSTD_inBuffer input{base + pos, static_cast<size_t>(n), 0};
+    bool finished = false;
+    while (!finished) {
+      ZSTD_outBuffer output{buffer.data(), buffer.size(), 0};
+      size_t remaining = ZSTD_compressStream2(cctx, &output, &input, last ? ZSTD_e_end : ZSTD_e_continue);
+      if (ZSTD_isError(remaining)) {
+        result = make_error(ErrorKind::Internal, strprintf("zstd: %s", ZSTD_getErrorName(remaining)));
+        break;
+      }
+      if (Error e = out.write(buffer.data(), output.pos)) {
+        result = e;
+        break;
+      }
+      finished = last ? remaining == 0 : input.pos == input.size;
+    }
+    if (result) break;
+    pos += n;
+    progress.update(pos);
+    if (last) break;
+  }
+  ZSTD_freeCCtx(cctx);
+  progress.finish();
+  if (result) return result;
+  if (Error e = out.commit()) return e;
+  if (!r.quiet)
+    std::printf("wrote %s: %s -> %s (ratio %.3f)\n", r.out.c_str(), util::human_bytes(img->file_size()).c_str(),
+                util::human_bytes(out.position()).c_str(),
+                static_cast<double>(out.position()) / static_cast<double>(img->file_size()));
+  return {};
+}
+
+Error decompress_image(const RepackRequest &r) {
+  FILE *in = std::fopen(r.in.c_str(), "rb");
+  if (!in) {
+    int e = errno;
+    return make_error(ErrorKind::Io, strprintf("cannot open '%s': %s", r.in.c_str(), util::errno_text(e).c_str()));
+  }
+  unsigned char magic[4] = {};
+  size_t got = std::fread(magic, 1, 4, in);
+  if (got < 4 || !(magic[0] == 0x28 && magic[1] == 0xB5 && magic[2] == 0x2F && magic[3] == 0xFD)) {
+    std::fclose(in);
+    return make_error(ErrorKind::NotAnImage,
+                      strprintf("'%s' is not zstd-compressed (expected 0x28B52FFD, got %s); --decompress reads the "
+                                ".colibri.zst files that 'repack --compress' writes",
+                                r.in.c_str(), util::hex_bytes_as_u64(magic, got).c_str()));
+  }
+  std::fseek(in, 0, SEEK_END);
+  uint64_t in_size = static_cast<uint64_t>(std::ftell(in));
+  std::fseek(in, 0, SEEK_SET);
+  util::AtomicFile out;
+  if (Error e = out.open(r.out, r.force)) {
+    std::fclose(in);
+    return e;
+  }
+  ZSTD_DCtx *dctx = ZSTD_createDCtx();
+  std::vector<char> in_buffer(ZSTD_DStreamInSize()), out_buffer(ZSTD_DStreamOutSize());
+  Error result;
+  size_t last_ret = 0;
+  uint64_t consumed = 0;
+  Progress progress("decompress", in_size);
+  while (!result) {
+    size_t n = std::fread(in_buffer.data(), 1, in_buffer.size(), in);
+    if (n == 0) break;
+    consumed += n;
+    ZSTD_inBuffer input{in_buffer.data(), n, 0};
+    while (input.pos < input.size) {
+      ZSTD_outBuffer output{out_buffer.data(), out_buffer.size(), 0};
+      last_ret = ZSTD_decompressStream(dctx, &output, &input);
+      if (ZSTD_isError(last_ret)) {
+        result = make_error(ErrorKind::Corrupt, strprintf("'%s': zstd stream is damaged: %s", r.in.c_str(),
+                                                          ZSTD_getErrorName(last_ret)));
+        break;
+      }
+      if (Error e = out.write(out_buffer.data(), output.pos)) {
+        result = e;
+        break;
+      }
+    }
+    progress.update(consumed);
+  }
+  progress.finish();
+  bool read_error = std::ferror(in) != 0;
+  std::fclose(in);
+  ZSTD_freeDCtx(dctx);
+  if (result) return result;
+  if (read_error) return make_error(ErrorKind::Io, strprintf("reading '%s' failed", r.in.c_str()));
+  if (last_ret != 0)
+    return make_error(ErrorKind::Corrupt, strprintf("'%s' is truncated: the zstd stream ends before its last frame "
+                                                    "is complete; copy the file again",
+                                                    r.in.c_str()));
+  // The result must be a valid image before it takes the output name.
+  Error error;
+  auto check = image::Image::open(out.temp_path(), {}, &error);
+  if (!check)
+    return make_error(error.kind, "the decompressed data is not a valid image: " + error.message);
+  check.reset();
+  if (Error e = out.commit()) return e;
+  if (!r.quiet) std::printf("wrote %s: %s\n", r.out.c_str(), util::human_bytes(out.position()).c_str());
+  return {};
+}
+
+// Converts one tensor row by row from the source to the target dtype and appends it.
+struct TensorReport {
+  double max_abs_error = 0.0;
+  double error_bound = 0.0;  // q8: max scale / 2; f16/bf16: half an ulp of the largest magnitude
+};
+
+Error convert_tensor(const image::Image &img, const image::TensorInfo &t, image::DType target, uint32_t group,
+                     image::ImageWriter *writer, TensorReport *report) {
+  const unsigned char *src = img.data(t);
+  uint64_t cols = t.shape[t.rank - 1];
+  uint64_t rows = t.element_count() / cols;
+  if (target == t.dtype && (target != image::DType::Q8 || group == t.group_size))
+    return writer->append(src, t.size);  // same layout: copy
+  uint64_t src_row = image::row_bytes(t.dtype, t.group_size, cols);
+  uint64_t dst_row = image::row_bytes(target, group, cols);
+  std::vector<float> values(cols), back(cols);
+  std::vector<unsigned char> encoded(dst_row);
+  float max_scale = 0.0f;
+  double max_abs_value = 0.0;
+  for (uint64_t r = 0; r < rows; ++r) {
+    const unsigned char *row = src + r * src_row;
+    if (t.dtype == image::DType::Q8) image::dequantize_row_q8(row, cols, t.group_size, values.data());
+    else image::decode_floats(t.dtype, row, cols, values.data());
+    if (target == image::DType::Q8) {
+      float err = image::quantize_row_q8(values.data(), cols, group, encoded.data(), &max_scale);
+      report->max_abs_error = std::max<double>(report->max_abs_error, err);
+    } else {
+      image::encode_floats(target, values.data(), cols, encoded.data());
+      image::decode_floats(target, encoded.data(), cols, back.data());
+      for (uint64_t c = 0; c < cols; ++c) {
+        double v = std::fabs(static_cast<double>(values[c]));
+        if (std::isfinite(v)) {
+          max_abs_value = std::max(max_abs_value, v);
+          report->max_abs_error = std::max(report->max_abs_error, std::fabs(static_cast<double>(values[c]) - back[c]));
+        }
+      }
+    }
+    if (Error e = writer->append(encoded.data(), encoded.size())) return e;
+  }
+  if (target == image::DType::Q8) {
+    report->error_bound = max_scale / 2.0;
+  } else if (target == image::DType::F16 || target == image::DType::BF16) {
+    int mantissa_bits = target == image::DType::F16 ? 10 : 7;
+    int exponent = max_abs_value > 0 ? static_cast<int>(std::floor(std::log2(max_abs_value))) : 0;
+    if (target == image::DType::F16) exponent = std::max(exponent, -14);
+    report->error_bound = std::ldexp(1.0, exponent - mantissa_bits - 1);
+  }
+  return {};
+}
+
+// Bytes of one expert's gate+up+down in the first MoE layer, for the header field.
+uint64_t expert_size_bytes(const std::vector<image::TensorSpec> &specs, uint64_t expert_count) {
+  if (expert_count == 0) return 0;
+  for (uint64_t layer = 0;; ++layer) {
+    bool any_layer = false;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      uint64_t l;
+      std::string role;
+      if (!model::names::parse_layer_tensor(specs[i].name, &l, &role) || l != layer) continue;
+      any_layer = true;
+      uint64_t size = 0;
+      if ((role == model::names::kExpertsGate || role == model::names::kExpertsUp || role == model::names::kExpertsDown) &&
+          image::tensor_data_bytes(specs[i].dtype, specs[i].group_size, static_cast<uint32_t>(specs[i].shape.size()),
+                                   specs[i].shape.data(), &size))
+        bytes += size;
+    }
+    if (!any_layer) return 0;
+    if (bytes) return bytes / expert_count;
+  }
+}
+
+Error rewrite_image(const RepackRequest &r) {
+  Error error;
+  image::OpenOptions open_options;
+  open_options.advice = image::MapAdvice::Sequential;
+  auto img = image::Image::open(r.in, open_options, &error);
+  if (!img) return error;
+  const image::FileHeader &h = img->header();
+  std::vector<image::TensorSpec> specs;
+  for (const image::TensorInfo &t : img->tensors()) {
+    image::TensorSpec s;
+    s.name = t.name;
+    s.shape.assign(t.shape, t.shape + t.rank);
+    s.dtype = t.dtype;
+    s.group_size = t.group_size;
+    if (r.change_dtype) {
+      uint64_t cols = t.shape[t.rank - 1];
+      s.dtype = model::names::storage_dtype(t.name, t.rank, cols, r.dtype, r.group_size);
+      if (s.dtype == image::DType::F32 && t.dtype != image::DType::Q8 && r.dtype != image::DType::F32 && t.rank < 2)
+        s.dtype = t.dtype;  // vectors keep their stored type
+      if (r.dtype == image::DType::Q8 && s.dtype == image::DType::Q8 && t.dtype == image::DType::Q8 &&
+          t.group_size != r.group_size)
+        return make_error(ErrorKind::InvalidArgument,
+                          strprintf("tensor '%s' is already q8 with group size %u; q8 is only made from float "
+                                    "types (repack to f32 first, or keep --group-size %u)",
+                                    t.name.c_str(), t.group_size, t.group_size));
+      s.group_size = s.dtype == image::DType::Q8 ? (t.dtype == image::DType::Q8 ? t.group_size : r.group_size) : 0;
+    }
+    specs.push_back(std::move(s));
+  }
+  image::ModelHeaderFields fields;
+  fields.expert_count = h.expert_count;
+  fields.hidden_size = h.hidden_size;
+  fields.ffn_hidden_size = h.ffn_hidden_size;
+  fields.top_k = h.top_k;
+  fields.layer_count = h.layer_count;
+  for (const image::TensorInfo &t : img->tensors())
+    if (h.gate_weight_offset != 0 && t.offset == h.gate_weight_offset) fields.gate_tensor_name = t.name;
+  image::WriterOptions writer_options;
+  writer_options.alignment = r.alignment ? r.alignment : h.data_alignment;
+  writer_options.overwrite = r.force;
+  fields.expert_size_bytes = expert_size_bytes(specs, h.expert_count);
+  image::ImageWriter writer;
+  if (Error e = writer.begin(r.out, writer_options, fields, specs, std::string(img->metadata_json()))) return e;
+  uint64_t total = 0, done = 0;
+  for (const auto &t : img->tensors()) total += t.size;
+  Progress progress("repack", total);
+  std::vector<TensorReport> reports(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const image::TensorInfo &t = img->tensors()[i];
+    if (Error e = convert_tensor(*img, t, specs[i].dtype, specs[i].group_size, &writer, &reports[i])) return e;
+    done += t.size;
+    progress.update(done, t.name);
+  }
+  progress.finish();
+  if (Error e = writer.finish()) return e;
+  if (!r.quiet) {
+    std::printf("%-40s %-6s -> %-6s %14s %14s\n", "tensor", "from", "to", "max_abs_err", "bound");
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const image::TensorInfo &t = img->tensors()[i];
+      bool changed = specs[i].dtype != t.dtype || specs[i].group_size != t.group_size;
+      if (!changed) continue;
+      std::printf("%-40s %-6s -> %-6s %14.6g %14.6g\n", t.name.c_str(), image::dtype_name(t.dtype),
+                  image::dtype_name(specs[i].dtype), reports[i].max_abs_error, reports[i].error_bound);
+    }
+    std::printf("wrote %s\n", r.out.c_str());
+  }
+  return {};
+}
+
+}  // namespace
+
+int run_repack(int argc, char **argv) {
+  cxxopts::Options options("colibri-model repack",
+                           "Rewrite an image with other dtypes or alignment, or to/from the zstd distribution form.");
+  options.add_options()("dtype", "convert matrix weights to f32|f16|bf16|q8 (vectors and routers stay f32)",
+                        cxxopts::value<std::string>())(
+      "group-size", "q8 group size along each row: 32 or 64", cxxopts::value<uint32_t>()->default_value("32"))(
+      "align", "tensor alignment in bytes (power of two, 64..2097152)", cxxopts::value<uint64_t>())(
+      "compress", "write the zstd distribution form (.colibri.zst)")(
+      "decompress", "restore the byte-identical image from a .colibri.zst")(
+      "level", "zstd level for --compress (1..19)", cxxopts::value<int>()->default_value("3"))(
+      "threads", "zstd worker threads (0 = all cores)", cxxopts::value<unsigned>()->default_value("0"))(
+      "f,force", "overwrite OUT if it exists")("q,quiet", "print nothing on success")("h,help", "show this help")(
+      "in", "input", cxxopts::value<std::string>())("out", "output", cxxopts::value<std::string>());
+  options.parse_positional({"in", "out"});
+  options.positional_help("IN OUT");
+  int code = kExitOk;
+  auto args = parse_or_report(options, argc, argv, &code);
+  if (!args) return code;
+  auto usage = [&](const std::string &why) {
+    std::fprintf(stderr, "colibri-model repack: %s\n\n%s", why.c_str(), options.help().c_str());
+    return kExitUsage;
+  };
+  if (!args->count("in") || !args->count("out")) return usage("needs IN and OUT");
+  RepackRequest r;
+  r.in = (*args)["in"].as<std::string>();
+  r.out = (*args)["out"].as<std::string>();
+  r.force = args->count("force") > 0;
+  r.quiet = args->count("quiet") > 0;
+  r.compress = args->count("compress") > 0;
+  r.decompress = args->count("decompress") > 0;
+  r.zstd_level = (*args)["level"].as<int>();
+  r.threads = (*args)["threads"].as<unsigned>();
+  r.group_size = (*args)["group-size"].as<uint32_t>();
+  if (r.group_size != 32 && r.group_size != 64) return usage(strprintf("--group-size %u: use 32 or 64", r.group_size));
+  if (r.zstd_level < 1 || r.zstd_level > 19) return usage(strprintf("--level %d: use 1..19", r.zstd_level));
+  if (args->count("dtype")) {
+    r.change_dtype = true;
+    std::string name = (*args)["dtype"].as<std::string>();
+    if (!image::dtype_from_name(name.c_str(), &r.dtype)) return usage("--dtype '" + name + "': use f32, f16, bf16 or q8");
+  }
+  if (args->count("align")) {
+    r.alignment = (*args)["align"].as<uint64_t>();
+    if (r.alignment < image::kMinAlignment || r.alignment > image::kMaxAlignment || (r.alignment & (r.alignment - 1)))
+      return usage(strprintf("--align %llu: use a power of two from 64 to 2097152",
+                             static_cast<unsigned long long>(r.alignment)));
+  }
+  if (r.compress && r.decompress) return usage("--compress and --decompress exclude each other");
+  if ((r.compress || r.decompress) && (r.change_dtype || r.alignment))
+    return usage("--compress/--decompress copy the image byte for byte; run --dtype/--align as a separate repack");
+  if (!r.compress && !r.decompress && !r.change_dtype && !r.alignment)
+    return usage("nothing to do: give --dtype, --align, --compress or --decompress");
+  if (r.in == r.out || util::same_file(r.in, r.out))
+    return usage("OUT is the same file as IN; repack never rewrites its input in place: choose another OUT");
+
+  Error e = r.compress ? compress_image(r) : r.decompress ? decompress_image(r) : rewrite_image(r);
+  if (e) return report_error("repack", e);
+  return kExitOk;
+}
+
+}  // namespace colibri::modeltool

@@ -1,0 +1,246 @@
+// tests/image/test_diagnostics.cpp — every load failure names its cause and its fix
+// (docs/troubleshooting.md lists the same messages).
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+
+#include "image/reader.h"
+#include "support/synthetic_image.h"
+
+using namespace colibri;
+using Catch::Contains;
+
+namespace {
+
+struct Opened {
+  bool ok;
+  Error error;
+};
+
+Opened open_bytes(const std::vector<unsigned char> &bytes, const std::string &name = "file.bin") {
+  std::string path = testing::temp_dir("diag") + "/" + name;
+  testing::write_file(path, bytes);
+  Error err;
+  auto img = image::Image::open(path, {}, &err);
+  return {img != nullptr, err};
+}
+
+std::vector<unsigned char> valid_image() {
+  std::string path = testing::temp_dir("diag-valid") + "/m.colibri";
+  REQUIRE_FALSE(testing::write_synthetic_image(path, {}));
+  return testing::read_file(path);
+}
+
+std::vector<unsigned char> with_prefix(const char *prefix, size_t prefix_len, size_t total = 512) {
+  std::vector<unsigned char> b(total, 0x41);
+  std::memcpy(b.data(), prefix, prefix_len);
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("missing file: says so and names the path", "[diagnostics]") {
+  Error err;
+  CHECK_FALSE(image::Image::open("/nonexistent/dir/model.colibri", {}, &err));
+  CHECK(err.kind == ErrorKind::Io);
+  CHECK_THAT(err.message, Contains("/nonexistent/dir/model.colibri") && Contains("No such file") && Contains("check the path"));
+}
+
+TEST_CASE("directory: says it is a directory and how to convert a checkpoint", "[diagnostics]") {
+  std::string dir = testing::temp_dir("diag-dir");
+  Error err;
+  CHECK_FALSE(image::Image::open(dir, {}, &err));
+  CHECK_THAT(err.message, Contains("is a directory") && Contains("colibri-model convert"));
+}
+
+TEST_CASE("permission denied: names errno and the fix", "[diagnostics]") {
+  std::string path = testing::temp_dir("diag-perm") + "/m.colibri";
+  REQUIRE_FALSE(testing::write_synthetic_image(path, {}));
+  chmod(path.c_str(), 0);
+  // root ignores permission bits, so the open runs in a child that drops to 'nobody'.
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) _exit(3);
+    Error err;
+    auto img = image::Image::open(path, {}, &err);
+    ssize_t w = write(fds[1], err.message.data(), err.message.size());
+    _exit(img ? 1 : (w < 0 ? 2 : 0));
+  }
+  close(fds[1]);
+  std::string message;
+  char buf[512];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) message.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  CHECK_THAT(message, Contains("Permission denied") && Contains("permissions"));
+}
+
+TEST_CASE("empty file", "[diagnostics]") {
+  auto r = open_bytes({});
+  CHECK_FALSE(r.ok);
+  CHECK(r.error.kind == ErrorKind::NotAnImage);
+  CHECK_THAT(r.error.message, Contains("is empty (0 bytes)") && Contains("verify"));
+}
+
+TEST_CASE("all-zero start: sparse or interrupted copy, with the bytes found", "[diagnostics]") {
+  auto r = open_bytes(std::vector<unsigned char>(4096, 0));
+  CHECK_THAT(r.error.message, Contains("zero bytes") && Contains("sparse file or an interrupted copy") &&
+                                  Contains("expected 0x434F4C4942524900, got 0x0000000000000000"));
+}
+
+TEST_CASE("text file: quotes the first printable bytes", "[diagnostics]") {
+  const char html[] = "<!DOCTYPE html>\n<html><body>404 Not Found</body></html>\n";
+  std::vector<unsigned char> b(400, ' ');
+  std::memcpy(b.data(), html, sizeof html - 1);
+  auto r = open_bytes(b);
+  CHECK_THAT(r.error.message, Contains("is a text file") && Contains("\"<!DOCTYPE html>\\n<html>") &&
+                                  Contains("got 0x3C21444F43545950"));
+}
+
+TEST_CASE("GGUF: names llama.cpp's format and the convert command", "[diagnostics]") {
+  auto r = open_bytes(with_prefix("GGUF\x03\x00\x00\x00", 8));
+  CHECK_THAT(r.error.message, Contains("GGUF file") && Contains("GGUF version 3") &&
+                                  Contains("colibri-model convert") && Contains("got 0x4747554603000000"));
+}
+
+TEST_CASE("safetensors: names the format and the convert command", "[diagnostics]") {
+  std::string header = "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+  uint64_t n = header.size();
+  std::vector<unsigned char> b(8 + header.size() + 300, 0);
+  std::memcpy(b.data(), &n, 8);
+  std::memcpy(b.data() + 8, header.data(), header.size());
+  auto r = open_bytes(b, "model.safetensors");
+  CHECK_THAT(r.error.message, Contains("safetensors file") && Contains("colibri-model convert DIR"));
+}
+
+TEST_CASE("PyTorch zip: names the format and how to re-save", "[diagnostics]") {
+  auto r = open_bytes(with_prefix("PK\x03\x04", 4));
+  CHECK_THAT(r.error.message, Contains("ZIP archive") && Contains("PyTorch") && Contains("safe_serialization=True"));
+}
+
+TEST_CASE("zstd: names the distribution form and the decompress command", "[diagnostics]") {
+  auto r = open_bytes(with_prefix("\x28\xB5\x2F\xFD", 4));
+  CHECK_THAT(r.error.message, Contains("zstd-compressed") && Contains("repack") && Contains("--decompress"));
+}
+
+TEST_CASE("byte-swapped magic", "[diagnostics]") {
+  auto r = open_bytes(with_prefix("\0IRBILOC", 8));
+  CHECK_THAT(r.error.message, Contains("byte-swapped") && Contains("little-endian") && Contains("got 0x00495242494C4F43"));
+}
+
+TEST_CASE("version newer than supported", "[diagnostics]") {
+  auto b = valid_image();
+  uint32_t v = image::kFormatVersion + 1;
+  std::memcpy(b.data() + 8, &v, 4);
+  testing::refresh_header_checksum(b);
+  auto r = open_bytes(b);
+  CHECK(r.error.kind == ErrorKind::Unsupported);
+  CHECK_THAT(r.error.message, Contains("image version 2 is newer than this build supports (max 1)"));
+}
+
+TEST_CASE("version older than supported", "[diagnostics]") {
+  auto b = valid_image();
+  uint32_t v = 0;
+  std::memcpy(b.data() + 8, &v, 4);
+  auto r = open_bytes(b);
+  CHECK_THAT(r.error.message, Contains("image version 0 is older than this build supports (min 1)"));
+}
+
+TEST_CASE("truncated: expected vs actual size", "[diagnostics]") {
+  auto b = valid_image();
+  size_t full = b.size();
+  b.resize(full - 100);
+  auto r = open_bytes(b);
+  CHECK(r.error.kind == ErrorKind::Corrupt);
+  CHECK_THAT(r.error.message, Contains("truncated") && Contains(std::to_string(full)) &&
+                                  Contains(std::to_string(full - 100)) && Contains("100 bytes missing"));
+  b.resize(100);  // shorter than the header
+  r = open_bytes(b);
+  CHECK_THAT(r.error.message, Contains("truncated") && Contains("smaller than the 256-byte header"));
+}
+
+TEST_CASE("tensor beyond the end of the file", "[diagnostics]") {
+  auto b = valid_image();
+  testing::entry_at(b, 1)->data_offset += 1ull << 30;
+  REQUIRE(testing::refresh_header_checksum(b));
+  auto r = open_bytes(b);
+  CHECK_THAT(r.error.message, Contains("blk.0.attn_norm") && Contains("extends beyond the end of the file"));
+}
+
+TEST_CASE("overlapping tensors", "[diagnostics]") {
+  auto b = valid_image();
+  testing::entry_at(b, 2)->data_offset = testing::entry_at(b, 1)->data_offset;
+  REQUIRE(testing::refresh_header_checksum(b));
+  auto r = open_bytes(b);
+  CHECK_THAT(r.error.message, Contains("overlap") && Contains("blk.0.attn_norm") && Contains("blk.0.ffn_norm"));
+}
+
+TEST_CASE("misaligned tensor", "[diagnostics]") {
+  auto b = valid_image();
+  testing::entry_at(b, 3)->data_offset += 8;
+  REQUIRE(testing::refresh_header_checksum(b));
+  auto r = open_bytes(b);
+  CHECK_THAT(r.error.message, Contains("blk.0.ffn_gate_inp") && Contains("misaligned") && Contains("64-byte alignment"));
+}
+
+TEST_CASE("header checksum mismatch", "[diagnostics]") {
+  auto b = valid_image();
+  image::FileHeader h;
+  std::memcpy(&h, b.data(), sizeof h);
+  b[h.metadata_offset + 2] ^= 0x20;  // damage the metadata without fixing the checksum
+  auto r = open_bytes(b);
+  CHECK(r.error.kind == ErrorKind::Corrupt);
+  CHECK_THAT(r.error.message, Contains("header checksum mismatch: stored 0x") && Contains("computed 0x"));
+}
+
+TEST_CASE("tensor checksum mismatch names the tensor", "[diagnostics]") {
+  auto b = valid_image();
+  const image::TensorEntry *e = testing::entry_at(b, 4);
+  b[e->data_offset + 5] ^= 0x01;
+  std::string path = testing::temp_dir("diag-sum") + "/m.colibri";
+  testing::write_file(path, b);
+  Error err;
+  auto img = image::Image::open(path, {}, &err);
+  REQUIRE(img);
+  Error v = img->verify_all(0);
+  CHECK(v.kind == ErrorKind::Corrupt);
+  CHECK_THAT(v.message, Contains("tensor 'blk.0.ffn_gate_exps' checksum mismatch"));
+  image::OpenOptions verify_on_open;
+  verify_on_open.verify_checksums = true;
+  CHECK_FALSE(image::Image::open(path, verify_on_open, &err));
+  CHECK_THAT(err.message, Contains("blk.0.ffn_gate_exps"));
+}
+
+TEST_CASE("unknown dtype, bad rank and wrong tensor size are named", "[diagnostics]") {
+  auto b = valid_image();
+  testing::entry_at(b, 0)->dtype = 9;
+  REQUIRE(testing::refresh_header_checksum(b));
+  CHECK_THAT(open_bytes(b).error.message, Contains("token_embd") && Contains("unknown dtype code 9"));
+  b = valid_image();
+  testing::entry_at(b, 0)->data_size -= 4;
+  REQUIRE(testing::refresh_header_checksum(b));
+  CHECK_THAT(open_bytes(b).error.message, Contains("token_embd") && Contains("needs"));
+  b = valid_image();
+  testing::entry_at(b, 0)->rank = 7;
+  REQUIRE(testing::refresh_header_checksum(b));
+  CHECK_THAT(open_bytes(b).error.message, Contains("rank 7"));
+}
+
+TEST_CASE("metadata that is not a JSON object is refused", "[diagnostics]") {
+  auto b = valid_image();
+  image::FileHeader h;
+  std::memcpy(&h, b.data(), sizeof h);
+  b[h.metadata_offset] = '[';
+  REQUIRE(testing::refresh_header_checksum(b));
+  CHECK_THAT(open_bytes(b).error.message, Contains("metadata section is not a JSON object"));
+}

@@ -1,0 +1,233 @@
+// tests/modeltool/test_modeltool_cli.cpp — the colibri-model executable end to end:
+// exit codes, inspect --json, verify, and the repack round trips of docs/format.md.
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "image/dtype_convert.h"
+#include "image/reader.h"
+#include "support/synthetic_image.h"
+
+using namespace colibri;
+using Catch::Contains;
+
+namespace {
+
+struct Run {
+  int exit_code;
+  std::string out;  // stdout and stderr together
+};
+
+Run run_tool(const std::string &args) {
+  std::string cmd = std::string(COLIBRI_MODEL_EXE) + " " + args + " 2>&1";
+  FILE *pipe = popen(cmd.c_str(), "r");
+  REQUIRE(pipe);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string make_image(const std::string &dir, image::DType dtype = image::DType::F32) {
+  std::string path = dir + "/m.colibri";
+  testing::SyntheticImageSpec spec;
+  spec.dtype = dtype;
+  REQUIRE_FALSE(testing::write_synthetic_image(path, spec));
+  return path;
+}
+
+std::vector<float> tensor_values(const image::Image &img, const image::TensorInfo &t) {
+  std::vector<float> v(t.element_count());
+  uint64_t cols = t.shape[t.rank - 1];
+  uint64_t rows = v.size() / cols;
+  uint64_t row = image::row_bytes(t.dtype, t.group_size, cols);
+  for (uint64_t r = 0; r < rows; ++r) {
+    if (t.dtype == image::DType::Q8) image::dequantize_row_q8(img.data(t) + r * row, cols, t.group_size, &v[r * cols]);
+    else image::decode_floats(t.dtype, img.data(t) + r * row, cols, &v[r * cols]);
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("usage errors exit 2 with help", "[cli]") {
+  CHECK(run_tool("").exit_code == 2);
+  Run r = run_tool("frobnicate");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.out, Contains("unknown command 'frobnicate'"));
+  CHECK(run_tool("inspect").exit_code == 2);
+  CHECK(run_tool("inspect --no-such-flag x").exit_code == 2);
+  CHECK(run_tool("--help").exit_code == 0);
+  CHECK(run_tool("verify --help").exit_code == 0);
+}
+
+TEST_CASE("inspect prints the header, tensor table and totals; --json is parseable", "[cli]") {
+  std::string path = make_image(testing::temp_dir("cli-inspect"));
+  Run text = run_tool("inspect " + path);
+  REQUIRE(text.exit_code == 0);
+  CHECK_THAT(text.out, Contains("blk.1.ffn_down_exps") && Contains("[4, 64, 32]") && Contains("expert bytes per layer"));
+  Run js = run_tool("inspect --json " + path);
+  REQUIRE(js.exit_code == 0);
+  auto j = nlohmann::json::parse(js.out);
+  CHECK(j["header"]["expert_count"] == 4);
+  CHECK(j["header"]["top_k"] == 2);
+  CHECK(j["header"]["magic"] == "0x434F4C4942524900");
+  CHECK(j["tensors"].size() == 15);
+  CHECK(j["expert_bytes_per_layer"]["0"] == 3 * 4 * 32 * 64 * 4);
+  CHECK(j["totals"]["per_dtype"]["f32"]["tensors"] == 15);
+}
+
+TEST_CASE("verify exit codes: 0 valid, 1 corrupt, 3 not an image, 4 I/O", "[cli]") {
+  std::string dir = testing::temp_dir("cli-verify");
+  std::string path = make_image(dir);
+  Run ok = run_tool("verify " + path);
+  CHECK(ok.exit_code == 0);
+  CHECK_THAT(ok.out, Contains("OK") && Contains("GB/s"));
+  CHECK(run_tool("verify --deep " + path).exit_code == 0);
+
+  auto bytes = testing::read_file(path);
+  bytes[bytes.size() - 3] ^= 0x10;
+  testing::write_file(dir + "/bad.colibri", bytes);
+  Run corrupt = run_tool("verify " + dir + "/bad.colibri");
+  CHECK(corrupt.exit_code == 1);
+  CHECK_THAT(corrupt.out, Contains("tensor 'output' checksum mismatch"));
+
+  testing::write_file(dir + "/text.txt", std::vector<unsigned char>(300, 'a'));
+  CHECK(run_tool("verify " + dir + "/text.txt").exit_code == 3);
+  CHECK(run_tool("verify " + dir + "/missing.colibri").exit_code == 4);
+}
+
+TEST_CASE("verify --deep names the first non-finite value", "[cli]") {
+  std::string dir = testing::temp_dir("cli-deep");
+  auto bytes = testing::read_file(make_image(dir));
+  std::string path = dir + "/nan.colibri";
+  {
+    testing::write_file(path, bytes);
+    Error err;
+    auto img = image::Image::open(path, {}, &err);
+    REQUIRE(img);
+    const image::TensorInfo *t = img->find("blk.1.ffn_up_exps");
+    REQUIRE(t);
+    float nan = std::nanf("");
+    std::memcpy(bytes.data() + t->offset + 4 * 77, &nan, 4);
+    // Keep the checksum valid so only --deep can notice.
+    for (size_t i = 0; i < img->tensors().size(); ++i)
+      if (img->tensors()[i].name == t->name)
+        testing::entry_at(bytes, i)->checksum = image::checksum_bytes(bytes.data() + t->offset, t->size);
+    REQUIRE(testing::refresh_header_checksum(bytes));
+  }
+  testing::write_file(path, bytes);
+  CHECK(run_tool("verify " + path).exit_code == 0);
+  Run deep = run_tool("verify --deep " + path);
+  CHECK(deep.exit_code == 1);
+  CHECK_THAT(deep.out, Contains("blk.1.ffn_up_exps") && Contains("element 77"));
+}
+
+TEST_CASE("repack f32 -> f16 -> f32 stays within f16 rounding", "[cli][repack]") {
+  std::string dir = testing::temp_dir("cli-f16");
+  std::string f32 = make_image(dir);
+  REQUIRE(run_tool("repack " + f32 + " " + dir + "/h.colibri --dtype f16").exit_code == 0);
+  Run back = run_tool("repack " + dir + "/h.colibri " + dir + "/back.colibri --dtype f32");
+  REQUIRE(back.exit_code == 0);
+  Error err;
+  auto a = image::Image::open(f32, {}, &err);
+  auto h = image::Image::open(dir + "/h.colibri", {}, &err);
+  auto b = image::Image::open(dir + "/back.colibri", {}, &err);
+  REQUIRE((a && h && b));
+  CHECK(h->find("blk.0.ffn_gate_exps")->dtype == image::DType::F16);
+  CHECK(h->find("blk.0.ffn_gate_inp")->dtype == image::DType::F32);  // routers stay f32
+  CHECK(h->find("blk.0.attn_norm")->dtype == image::DType::F32);      // vectors stay f32
+  CHECK(h->file_size() < a->file_size());
+  for (const auto &t : a->tensors()) {
+    auto x = tensor_values(*a, t);
+    auto y = tensor_values(*b, *b->find(t.name));
+    REQUIRE(x.size() == y.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      // f16 has 11 significant bits: relative error ≤ 2^-11 for normal values.
+      REQUIRE(std::fabs(x[i] - y[i]) <= std::fabs(x[i]) * (1.0f / 2048.0f) + 6e-8f);
+    }
+  }
+  CHECK(b->verify_all(1).ok());
+}
+
+TEST_CASE("repack --compress then --decompress gives a byte-identical file", "[cli][repack]") {
+  std::string dir = testing::temp_dir("cli-zst");
+  std::string path = make_image(dir, image::DType::F16);
+  REQUIRE(run_tool("repack " + path + " " + dir + "/m.colibri.zst --compress").exit_code == 0);
+  CHECK(run_tool("verify " + dir + "/m.colibri.zst").exit_code == 3);  // says: decompress first
+  REQUIRE(run_tool("repack " + dir + "/m.colibri.zst " + dir + "/restored.colibri --decompress").exit_code == 0);
+  CHECK(testing::read_file(path) == testing::read_file(dir + "/restored.colibri"));
+  // A truncated .zst is refused and leaves no output behind.
+  auto zst = testing::read_file(dir + "/m.colibri.zst");
+  zst.resize(zst.size() / 2);
+  testing::write_file(dir + "/cut.zst", zst);
+  Run cut = run_tool("repack " + dir + "/cut.zst " + dir + "/cut.colibri --decompress");
+  CHECK(cut.exit_code != 0);
+  CHECK_THAT(cut.out, Contains("truncated") || Contains("damaged"));
+  CHECK(testing::read_file(dir + "/cut.colibri").empty());
+}
+
+TEST_CASE("repack to q8 reports a rounding error bounded by scale/2", "[cli][repack]") {
+  std::string dir = testing::temp_dir("cli-q8");
+  std::string path = make_image(dir);
+  Run r = run_tool("repack " + path + " " + dir + "/q.colibri --dtype q8");
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("max_abs_err") && Contains("blk.0.ffn_gate_exps"));
+  Error err;
+  auto a = image::Image::open(path, {}, &err);
+  auto q = image::Image::open(dir + "/q.colibri", {}, &err);
+  REQUIRE((a && q));
+  const image::TensorInfo *t = q->find("blk.0.ffn_down_exps");
+  CHECK(t->dtype == image::DType::Q8);
+  CHECK(t->group_size == 32);
+  auto x = tensor_values(*a, *a->find(t->name));
+  auto y = tensor_values(*q, *t);
+  uint64_t block = image::q8_block_bytes(32);
+  for (size_t i = 0; i < x.size(); ++i) {
+    float scale;
+    std::memcpy(&scale, q->data(*t) + (i / 32) * block, 4);
+    REQUIRE(std::fabs(x[i] - y[i]) <= scale / 2 * (1 + 1e-6f));
+  }
+  // Every reported error sits at or below its bound.
+  size_t rows_checked = 0;
+  for (size_t pos = r.out.find("-> q8"); pos != std::string::npos; pos = r.out.find("-> q8", pos + 1)) {
+    double err_value = 0, bound = 0;
+    REQUIRE(std::sscanf(r.out.c_str() + pos + 5, "%lf %lf", &err_value, &bound) == 2);
+    CHECK(err_value <= bound * (1 + 1e-6));
+    ++rows_checked;
+  }
+  CHECK(rows_checked > 0);
+}
+
+TEST_CASE("repack refuses OUT == IN, existing OUT without --force, and bad options", "[cli][repack]") {
+  std::string dir = testing::temp_dir("cli-refuse");
+  std::string path = make_image(dir);
+  auto before = testing::read_file(path);
+  Run same = run_tool("repack " + path + " " + path + " --dtype f16 --force");
+  CHECK(same.exit_code == 2);
+  CHECK_THAT(same.out, Contains("same file"));
+  Run link = run_tool("repack " + path + " " + dir + "/../" + dir.substr(dir.rfind('/') + 1) + "/m.colibri --dtype f16 --force");
+  CHECK(link.exit_code == 2);
+  CHECK(testing::read_file(path) == before);
+  REQUIRE(run_tool("repack " + path + " " + dir + "/o.colibri --dtype f16").exit_code == 0);
+  Run exists = run_tool("repack " + path + " " + dir + "/o.colibri --dtype f16");
+  CHECK(exists.exit_code == 2);
+  CHECK_THAT(exists.out, Contains("--force"));
+  CHECK(run_tool("repack " + path + " " + dir + "/o.colibri --dtype f16 --force").exit_code == 0);
+  CHECK(run_tool("repack " + path + " " + dir + "/x.colibri --dtype f8").exit_code == 2);
+  CHECK(run_tool("repack " + path + " " + dir + "/x.colibri --align 100").exit_code == 2);
+  CHECK(run_tool("repack " + path + " " + dir + "/x.colibri").exit_code == 2);
+  Run aligned = run_tool("repack " + path + " " + dir + "/a.colibri --align 65536");
+  REQUIRE(aligned.exit_code == 0);
+  Error err;
+  auto img = image::Image::open(dir + "/a.colibri", {}, &err);
+  REQUIRE(img);
+  CHECK(img->header().data_alignment == 65536);
+  for (const auto &t : img->tensors()) CHECK(t.offset % 65536 == 0);
+}

@@ -1,0 +1,125 @@
+// tests/support/synthetic_image.cpp — deterministic synthetic images for tests and benches.
+#include "support/synthetic_image.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "image/dtype_convert.h"
+#include "model/tensor_names.h"
+
+namespace colibri::testing {
+
+namespace names = model::names;
+
+Error write_synthetic_image(const std::string &path, const SyntheticImageSpec &spec, bool overwrite) {
+  std::vector<image::TensorSpec> tensors;
+  auto add = [&](std::string name, std::vector<uint64_t> shape, bool matrix) {
+    image::DType dtype = matrix ? names::storage_dtype(name, static_cast<uint32_t>(shape.size()), shape.back(),
+                                                       spec.dtype, image::kQ8DefaultGroupSize)
+                                : image::DType::F32;
+    uint32_t group = dtype == image::DType::Q8 ? image::kQ8DefaultGroupSize : 0;
+    tensors.push_back({std::move(name), dtype, group, std::move(shape)});
+  };
+  add(names::kTokenEmbedding, {spec.vocab, spec.hidden}, true);
+  for (uint64_t l = 0; l < spec.layers; ++l) {
+    add(names::layer_tensor(l, names::kAttnNorm), {spec.hidden}, false);
+    add(names::layer_tensor(l, names::kFfnNorm), {spec.hidden}, false);
+    add(names::layer_tensor(l, names::kRouter), {spec.experts, spec.hidden}, true);
+    add(names::layer_tensor(l, names::kExpertsGate), {spec.experts, spec.ffn, spec.hidden}, true);
+    add(names::layer_tensor(l, names::kExpertsUp), {spec.experts, spec.ffn, spec.hidden}, true);
+    add(names::layer_tensor(l, names::kExpertsDown), {spec.experts, spec.hidden, spec.ffn}, true);
+  }
+  add(names::kOutputNorm, {spec.hidden}, false);
+  add(names::kOutput, {spec.vocab, spec.hidden}, true);
+
+  nlohmann::json meta = {{"colibri_format", 1},
+                         {"synthetic", {{"seed", spec.seed}, {"layers", spec.layers}}},
+                         {"provenance", {{"converter", "tests/support/synthetic_image"}}}};
+  image::ModelHeaderFields fields;
+  fields.expert_count = spec.experts;
+  fields.hidden_size = spec.hidden;
+  fields.ffn_hidden_size = spec.ffn;
+  fields.top_k = spec.top_k;
+  fields.layer_count = spec.layers;
+  fields.gate_tensor_name = names::layer_tensor(0, names::kRouter);
+  uint64_t expert_bytes = 0;
+  for (const auto &t : tensors) {
+    uint64_t layer;
+    std::string role;
+    uint64_t bytes = 0;
+    if (names::parse_layer_tensor(t.name, &layer, &role) && layer == 0 &&
+        (role == names::kExpertsGate || role == names::kExpertsUp || role == names::kExpertsDown) &&
+        image::tensor_data_bytes(t.dtype, t.group_size, static_cast<uint32_t>(t.shape.size()), t.shape.data(), &bytes))
+      expert_bytes += bytes;
+  }
+  fields.expert_size_bytes = spec.experts ? expert_bytes / spec.experts : 0;
+
+  image::WriterOptions options;
+  options.alignment = spec.alignment;
+  options.overwrite = overwrite;
+  image::ImageWriter writer;
+  if (Error e = writer.begin(path, options, fields, tensors, meta.dump())) return e;
+  std::mt19937 rng(spec.seed);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  std::vector<float> row;
+  std::vector<unsigned char> encoded;
+  for (const auto &t : tensors) {
+    uint64_t cols = t.shape.back();
+    uint64_t rows = 1;
+    for (size_t d = 0; d + 1 < t.shape.size(); ++d) rows *= t.shape[d];
+    row.resize(cols);
+    encoded.resize(image::row_bytes(t.dtype, t.group_size, cols));
+    for (uint64_t r = 0; r < rows; ++r) {
+      for (auto &v : row) v = t.shape.size() == 1 ? 1.0f + 0.1f * normal(rng) : normal(rng);
+      if (t.dtype == image::DType::Q8) image::quantize_row_q8(row.data(), cols, t.group_size, encoded.data(), nullptr);
+      else image::encode_floats(t.dtype, row.data(), cols, encoded.data());
+      if (Error e = writer.append(encoded.data(), encoded.size())) return e;
+    }
+  }
+  return writer.finish();
+}
+
+std::vector<unsigned char> read_file(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<unsigned char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_file(const std::string &path, const std::vector<unsigned char> &bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char *>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+bool refresh_header_checksum(std::vector<unsigned char> &bytes) {
+  if (bytes.size() < image::kHeaderSize) return false;
+  image::FileHeader h;
+  std::memcpy(&h, bytes.data(), sizeof h);
+  uint64_t size = bytes.size();
+  if (h.directory_offset != image::kHeaderSize || h.directory_size > size - image::kHeaderSize) return false;
+  uint64_t dir_end = image::kHeaderSize + h.directory_size;
+  if (h.metadata_offset != dir_end || h.metadata_size > size - dir_end) return false;
+  h.header_checksum = image::header_checksum(h, bytes.data() + image::kHeaderSize, h.directory_size,
+                                             bytes.data() + h.metadata_offset, h.metadata_size);
+  std::memcpy(bytes.data(), &h, sizeof h);
+  return true;
+}
+
+image::TensorEntry *entry_at(std::vector<unsigned char> &bytes, size_t i) {
+  return reinterpret_cast<image::TensorEntry *>(bytes.data() + image::kHeaderSize + i * image::kTensorEntrySize);
+}
+
+std::string temp_dir(const std::string &tag) {
+  std::string tmpl = "/tmp/colibri-test-" + tag + "-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  char *dir = mkdtemp(buf.data());
+  return dir ? std::string(dir) : std::string("/tmp");
+}
+
+}  // namespace colibri::testing
