@@ -1,0 +1,374 @@
+// bench/kernels_bench.cpp — micro benchmark of the CPU kernels and the thread pool.
+//
+// Reports, next to a memory-read bandwidth probe and an FMA peak probe measured in the same
+// run (ARCHITECTURE.md §9):
+//   * decode: matmul_rows at T=1, GB/s of weight bytes, streamed from DRAM (copies of the
+//     matrix spanning >= 1 GiB, visited round-robin) and hot (one copy, cache-resident);
+//   * prefill: gemm_rows at T=128 in GFLOP/s (and matmul_rows at T=128 for comparison);
+//   * the pool: the cost of an empty parallel_for.
+// for 1 thread and N threads (default 2). Every figure is the median of --runs samples
+// (default 5, minimum 3) after a warm-up, shown with [min..max].
+//
+// Usage: kernels_bench [--isa scalar|avx2|avx512] [--threads N] [--runs N] [--quick]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "core/util/thread_pool.h"
+#include "kernels/cpu/kernels.h"
+
+namespace {
+
+using colibri::kernels::DType;
+using colibri::kernels::KernelTable;
+using colibri::util::ThreadPool;
+using Clock = std::chrono::steady_clock;
+
+struct Stats {
+  double median, min, max;
+};
+
+// Runs `sample` (which returns the measured quantity) once to warm up, then `runs` times.
+Stats measure(int runs, const std::function<double()> &sample) {
+  sample();
+  std::vector<double> v;
+  for (int i = 0; i < runs; ++i) v.push_back(sample());
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string format(const Stats &s, const char *unit) {
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "%7.1f %s [%.1f..%.1f]", s.median, unit, s.min, s.max);
+  return buf;
+}
+
+struct AlignedBuffer {
+  unsigned char *data = nullptr;
+  size_t bytes = 0;
+  explicit AlignedBuffer(size_t n) : data(static_cast<unsigned char *>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096))), bytes(n) {
+    if (data == nullptr) {
+      std::fprintf(stderr, "kernels_bench: cannot allocate %zu bytes\n", n);
+      std::exit(1);
+    }
+  }
+  ~AlignedBuffer() { std::free(data); }
+  AlignedBuffer(const AlignedBuffer &) = delete;
+  AlignedBuffer &operator=(const AlignedBuffer &) = delete;
+};
+
+// ---- probes --------------------------------------------------------------------------------
+
+uint64_t read_sum(const uint64_t *p, size_t n) {
+  uint64_t a[8] = {};
+  for (size_t i = 0; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) a[j] += p[i + j];
+  return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+}
+
+// GB/s reading `buffer` once, split over the pool's threads.
+double read_bandwidth(ThreadPool &pool, const AlignedBuffer &buffer) {
+  const size_t words = buffer.bytes / 8;
+  const size_t threads = pool.thread_count();
+  std::vector<uint64_t> sink(threads);
+  const Clock::time_point start = Clock::now();
+  pool.parallel_for(threads, [&](size_t task, size_t) {
+    const size_t begin = words * task / threads, end = words * (task + 1) / threads;
+    sink[task] = read_sum(reinterpret_cast<const uint64_t *>(buffer.data) + begin, end - begin);
+  });
+  const double s = seconds_since(start);
+  volatile uint64_t keep = 0;
+  for (uint64_t v : sink) keep = keep + v;
+  return double(buffer.bytes) / s / 1e9;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) double fma_peak_avx512(size_t iterations) {
+  __m512 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(float(i));
+  const __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-7f);
+  const Clock::time_point start = Clock::now();
+  for (size_t it = 0; it < iterations; ++it)
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], m, a);
+  const double s = seconds_since(start);
+  float out[16];
+  __m512 sum = acc[0];
+  for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  _mm512_storeu_ps(out, sum);
+  volatile float keep = out[0];
+  (void)keep;
+  return double(iterations) * 12 * 16 * 2 / s / 1e9;
+}
+
+__attribute__((target("avx2,fma"))) double fma_peak_avx2(size_t iterations) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(float(i));
+  const __m256 m = _mm256_set1_ps(0.999999f), a = _mm256_set1_ps(1e-7f);
+  const Clock::time_point start = Clock::now();
+  for (size_t it = 0; it < iterations; ++it)
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], m, a);
+  const double s = seconds_since(start);
+  float out[8];
+  __m256 sum = acc[0];
+  for (int i = 1; i < 12; ++i) sum = _mm256_add_ps(sum, acc[i]);
+  _mm256_storeu_ps(out, sum);
+  volatile float keep = out[0];
+  (void)keep;
+  return double(iterations) * 12 * 8 * 2 / s / 1e9;
+}
+#endif
+
+// ---- matrices ------------------------------------------------------------------------------
+
+struct Format {
+  const char *name;
+  DType dtype;
+  uint32_t group_size;
+};
+
+const Format kFormats[] = {
+    {"f32", DType::F32, 0}, {"f16", DType::F16, 0}, {"bf16", DType::BF16, 0},
+    {"q8/32", DType::Q8, 32}, {"q8/64", DType::Q8, 64},
+};
+
+// `copies` copies of one random [rows, cols] matrix, each starting on a 4 KiB boundary.
+struct Weights {
+  size_t rows, cols, matrix_bytes, stride, copies;
+  std::unique_ptr<AlignedBuffer> buffer;
+  const void *copy(size_t i) const { return buffer->data + i * stride; }
+};
+
+Weights make_weights(const KernelTable &k, const Format &f, size_t rows, size_t cols, size_t copies) {
+  Weights w{rows, cols, 0, 0, copies, nullptr};
+  w.matrix_bytes = rows * colibri::kernels::row_bytes(f.dtype, f.group_size, cols);
+  w.stride = (w.matrix_bytes + 4095) / 4096 * 4096;
+  w.buffer = std::make_unique<AlignedBuffer>(w.stride * copies);
+  std::vector<float> row(cols);
+  uint32_t state = 1234567;
+  const size_t rb = colibri::kernels::row_bytes(f.dtype, f.group_size, cols);
+  for (size_t r = 0; r < rows; ++r) {
+    for (float &v : row) {
+      state = state * 1664525u + 1013904223u;
+      v = (float(state >> 8) / 16777216.0f - 0.5f) * 0.1f;
+    }
+    unsigned char *dst = w.buffer->data + r * rb;
+    switch (f.dtype) {
+      case DType::F32: std::memcpy(dst, row.data(), cols * 4); break;
+      case DType::F16: k.f32_to_f16(row.data(), reinterpret_cast<uint16_t *>(dst), cols); break;
+      case DType::BF16: k.f32_to_bf16(row.data(), reinterpret_cast<uint16_t *>(dst), cols); break;
+      case DType::Q8: k.quantize_row_q8(row.data(), cols, f.group_size, dst); break;
+    }
+  }
+  for (size_t c = 1; c < copies; ++c) std::memcpy(w.buffer->data + c * w.stride, w.buffer->data, w.matrix_bytes);
+  return w;
+}
+
+// y = W x for `tokens` tokens over all rows, rows split into tasks of 64 over the pool.
+// q8 uses the pre-quantised entry (activations quantised once, as the forward pass does).
+struct MatmulCall {
+  const KernelTable &k;
+  const Format &f;
+  size_t cols, rows, tokens;
+  const float *x;
+  const void *xq;
+  float *y;
+  bool gemm;
+
+  void operator()(ThreadPool &pool, const void *weights) const {
+    const size_t rows_per_task = 64;
+    const size_t tasks = (rows + rows_per_task - 1) / rows_per_task;
+    auto task = [&](size_t t, size_t) {
+      const size_t r0 = t * rows_per_task, r1 = std::min(rows, r0 + rows_per_task);
+      if (f.dtype == DType::Q8) {
+        (gemm ? k.gemm_rows_q8 : k.matmul_rows_q8)(weights, f.group_size, cols, r0, r1, xq, tokens, y, rows);
+      } else {
+        (gemm ? k.gemm_rows : k.matmul_rows)(weights, f.dtype, f.group_size, cols, r0, r1, x, tokens, y, rows);
+      }
+    };
+    if (pool.thread_count() == 1) {
+      for (size_t t = 0; t < tasks; ++t) task(t, 0);
+    } else {
+      pool.parallel_for(tasks, task);
+    }
+  }
+};
+
+struct Options {
+  colibri::kernels::Isa isa = colibri::kernels::best_isa();
+  size_t threads = 2;
+  int runs = 5;
+  bool quick = false;
+};
+
+Options parse(int argc, char **argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "kernels_bench: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--isa") {
+      const std::string v = value();
+      if (v == "scalar") o.isa = colibri::kernels::Isa::Scalar;
+      else if (v == "avx2") o.isa = colibri::kernels::Isa::Avx2;
+      else if (v == "avx512") o.isa = colibri::kernels::Isa::Avx512;
+      else {
+        std::fprintf(stderr, "kernels_bench: unknown ISA '%s' (scalar, avx2, avx512)\n", v.c_str());
+        std::exit(2);
+      }
+    } else if (a == "--threads") {
+      o.threads = std::max<size_t>(1, std::strtoul(value().c_str(), nullptr, 10));
+    } else if (a == "--runs") {
+      o.runs = std::max(3, std::atoi(value().c_str()));
+    } else if (a == "--quick") {
+      o.quick = true;
+    } else {
+      std::fprintf(stderr, "usage: kernels_bench [--isa scalar|avx2|avx512] [--threads N] [--runs N>=3] [--quick]\n");
+      std::exit(a == "--help" || a == "-h" ? 0 : 2);
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  const Options opt = parse(argc, argv);
+  const KernelTable &k = colibri::kernels::kernel_table(opt.isa);
+  const size_t dram_bytes = opt.quick ? (256u << 20) : (1024u << 20);
+
+  colibri::util::ThreadPoolOptions one_options;
+  one_options.thread_count = 1;
+  colibri::util::ThreadPoolOptions many_options;
+  many_options.thread_count = opt.threads;
+  ThreadPool one(one_options), many(many_options);
+  ThreadPool *pools[2] = {&one, &many};
+
+  std::printf("kernels_bench: isa %s, %zu thread(s) vs 1, medians of %d runs [min..max]\n",
+              colibri::kernels::isa_name(k.isa), opt.threads, opt.runs);
+
+  // Probes.
+  {
+    AlignedBuffer probe(dram_bytes);
+    std::memset(probe.data, 1, probe.bytes);
+    for (ThreadPool *pool : pools) {
+      const Stats s = measure(opt.runs, [&] { return read_bandwidth(*pool, probe); });
+      std::printf("memory read bandwidth, %zu thread(s), %zu MiB: %s\n", pool->thread_count(),
+                  dram_bytes >> 20, format(s, "GB/s").c_str());
+    }
+  }
+#if defined(__x86_64__)
+  {
+    const bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2");
+    if (avx2) {
+      const Stats s = measure(opt.runs, [] { return fma_peak_avx2(20'000'000); });
+      std::printf("fp32 FMA peak, 1 thread, avx2:   %s\n", format(s, "GFLOP/s").c_str());
+    }
+    if (avx512) {
+      const Stats s = measure(opt.runs, [] { return fma_peak_avx512(20'000'000); });
+      std::printf("fp32 FMA peak, 1 thread, avx512: %s\n", format(s, "GFLOP/s").c_str());
+    }
+  }
+#endif
+  {
+    const Stats s = measure(opt.runs, [&] {
+      const int calls = 20000;
+      std::vector<size_t> sink(many.thread_count());
+      const Clock::time_point start = Clock::now();
+      for (int i = 0; i < calls; ++i)
+        many.parallel_for(many.thread_count(), [&](size_t task, size_t) { sink[task] += task; });
+      return seconds_since(start) / calls * 1e6;
+    });
+    std::printf("empty parallel_for, %zu threads: %s\n", many.thread_count(), format(s, "us").c_str());
+  }
+
+  const size_t shapes[2][2] = {{2816, 1024}, {1024, 2816}};  // rows x cols
+
+  std::printf("\ndecode: matmul_rows, T=1, GB/s of weight bytes (DRAM: >= %zu MiB of copies round-robin; hot: one copy)\n",
+              dram_bytes >> 20);
+  std::printf("%-10s %-6s %-30s %-30s %-30s %-30s\n", "rows x cols", "dtype", "DRAM 1 thread", "DRAM N threads",
+              "hot 1 thread", "hot N threads");
+  for (const auto &shape : shapes) {
+    const size_t rows = shape[0], cols = shape[1];
+    for (const Format &f : kFormats) {
+      const size_t one_bytes = rows * colibri::kernels::row_bytes(f.dtype, f.group_size, cols);
+      const size_t copies = std::max<size_t>(2, dram_bytes / one_bytes);
+      const Weights w = make_weights(k, f, rows, cols, copies);
+      std::vector<float> x(cols, 0.01f), y(rows);
+      std::vector<unsigned char> xq(colibri::kernels::row_bytes(DType::Q8, 32, cols));  // >= either group size
+      if (f.dtype == DType::Q8) k.quantize_row_q8(x.data(), cols, f.group_size, xq.data());
+      const MatmulCall call{k, f, cols, rows, 1, x.data(), xq.data(), y.data(), false};
+      std::string cells[4];
+      int cell = 0;
+      for (bool dram : {true, false}) {
+        for (ThreadPool *pool : pools) {
+          const Stats s = measure(opt.runs, [&] {
+            const size_t calls = dram ? copies : std::max<size_t>(10, (size_t(64) << 20) / one_bytes);
+            const Clock::time_point start = Clock::now();
+            for (size_t c = 0; c < calls; ++c) call(*pool, w.copy(dram ? c : 0));
+            return double(one_bytes) * double(calls) / seconds_since(start) / 1e9;
+          });
+          cells[cell++] = format(s, "GB/s");
+        }
+      }
+      char shape_name[48];
+      std::snprintf(shape_name, sizeof(shape_name), "%zux%zu", rows, cols);
+      std::printf("%-10s %-6s %-30s %-30s %-30s %-30s\n", shape_name, f.name, cells[0].c_str(), cells[1].c_str(),
+                  cells[2].c_str(), cells[3].c_str());
+    }
+  }
+
+  const size_t tokens = 128;
+  std::printf("\nprefill: T=%zu, GFLOP/s (2·rows·cols·T per call; weights hot)\n", tokens);
+  std::printf("%-10s %-6s %-30s %-30s %-30s\n", "rows x cols", "dtype", "gemm_rows 1 thread", "gemm_rows N threads",
+              "matmul_rows 1 thread");
+  for (const auto &shape : shapes) {
+    const size_t rows = shape[0], cols = shape[1];
+    for (const Format &f : kFormats) {
+      const Weights w = make_weights(k, f, rows, cols, 1);
+      std::vector<float> x(tokens * cols), y(tokens * rows);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = float(i % 97) * 0.001f - 0.05f;
+      const size_t xrow = colibri::kernels::row_bytes(DType::Q8, f.group_size == 0 ? 32 : f.group_size, cols);
+      std::vector<unsigned char> xq(xrow * tokens);
+      if (f.dtype == DType::Q8)
+        for (size_t t = 0; t < tokens; ++t) k.quantize_row_q8(x.data() + t * cols, cols, f.group_size, xq.data() + t * xrow);
+      const double flops = 2.0 * double(rows) * double(cols) * double(tokens);
+      std::string cells[3];
+      int cell = 0;
+      for (int variant = 0; variant < 3; ++variant) {
+        ThreadPool &pool = variant == 1 ? many : one;
+        const MatmulCall call{k, f, cols, rows, tokens, x.data(), xq.data(), y.data(), variant != 2};
+        const Stats s = measure(opt.runs, [&] {
+          const int calls = opt.quick ? 2 : 5;
+          const Clock::time_point start = Clock::now();
+          for (int c = 0; c < calls; ++c) call(pool, w.copy(0));
+          return flops * calls / seconds_since(start) / 1e9;
+        });
+        cells[cell++] = format(s, "GFLOP/s");
+      }
+      char shape_name[48];
+      std::snprintf(shape_name, sizeof(shape_name), "%zux%zu", rows, cols);
+      std::printf("%-10s %-6s %-30s %-30s %-30s\n", shape_name, f.name, cells[0].c_str(), cells[1].c_str(),
+                  cells[2].c_str());
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,188 @@
+// core/util/thread_pool.cpp — the persistent pool: start/stop, the spin-then-block handshake
+// and the static partition. See thread_pool.h for the contract.
+//
+// Handshake: the caller writes the job, then increments generation_ (seq_cst). An idle worker
+// polls generation_ for spin_microseconds, then registers in sleepers_ under wake_mutex_ and
+// waits on wake_. The caller only touches the mutex/condition variable when sleepers_ is
+// non-zero, so back-to-back calls cost two atomic operations per worker. Both sides use
+// seq_cst on generation_/sleepers_, so either the caller sees the sleeper or the sleeper sees
+// the new generation before it waits: no lost wake-up.
+#include "core/util/thread_pool.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define COLIBRI_CPU_RELAX() _mm_pause()
+#else
+#define COLIBRI_CPU_RELAX() std::this_thread::yield()
+#endif
+
+namespace colibri::util {
+namespace {
+
+std::vector<int> allowed_cpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  if (cpus.empty()) {
+    const unsigned n = std::thread::hardware_concurrency();
+    for (unsigned cpu = 0; cpu < (n == 0 ? 1u : n); ++cpu) cpus.push_back(static_cast<int>(cpu));
+  }
+  return cpus;
+}
+
+bool pin_to_cpu(pthread_t thread, int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(thread, sizeof(set), &set) == 0;
+}
+
+using Clock = std::chrono::steady_clock;
+
+// How long a waiting thread polls with `pause` before it starts yielding its core.
+constexpr uint32_t kPauseSpinMicroseconds = 20;
+
+}  // namespace
+
+ThreadPool::ThreadPool(const ThreadPoolOptions &options)
+    : spin_microseconds_(options.spin_microseconds), cpus_(allowed_cpus()) {
+  thread_count_ = options.thread_count == 0 ? cpus_.size() : options.thread_count;
+  if (thread_count_ == 0) thread_count_ = 1;
+  workers_.reserve(thread_count_ - 1);
+  worker_ids_.reserve(thread_count_ - 1);
+  for (size_t thread = 1; thread < thread_count_; ++thread) {
+    workers_.emplace_back([this, thread] { worker_main(thread); });
+    worker_ids_.push_back(workers_.back().get_id());
+    if (options.pin_threads) pin_to_cpu(workers_.back().native_handle(), cpus_[thread % cpus_.size()]);
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true);
+  generation_.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lock(wake_mutex_);
+  }
+  wake_.notify_all();
+  for (std::thread &worker : workers_) worker.join();
+}
+
+bool ThreadPool::pin_calling_thread() { return pin_to_cpu(pthread_self(), cpus_[0]); }
+
+bool ThreadPool::called_from_inside() const {
+  const std::thread::id self = std::this_thread::get_id();
+  for (const std::thread::id &id : worker_ids_)
+    if (id == self) return true;
+  return false;
+}
+
+void ThreadPool::run_range(size_t thread) {
+  const size_t end = partition_begin(job_task_count_, thread + 1);
+  try {
+    for (size_t task = partition_begin(job_task_count_, thread); task < end; ++task)
+      job_fn_(job_context_, task, thread);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    if (!error_) error_ = std::current_exception();
+  }
+}
+
+void ThreadPool::run(size_t task_count, TaskFn fn, void *context) {
+  if (task_count == 0) return;
+  if (called_from_inside()) {
+    std::fprintf(stderr, "colibri: ThreadPool::parallel_for called from inside one of its own tasks "
+                         "(nested parallelism would deadlock); run the inner loop serially\n");
+    std::abort();
+  }
+  std::unique_lock<std::mutex> call_lock(call_mutex_, std::try_to_lock);
+  if (!call_lock.owns_lock()) {
+    if (job_caller_.load() == std::this_thread::get_id()) {
+      std::fprintf(stderr, "colibri: ThreadPool::parallel_for called from inside one of its own "
+                           "tasks (nested parallelism would deadlock); run the inner loop serially\n");
+      std::abort();
+    }
+    call_lock.lock();  // another thread's call is running: wait for it
+  }
+  job_caller_.store(std::this_thread::get_id());
+  job_fn_ = fn;
+  job_context_ = context;
+  job_task_count_ = task_count;
+  error_ = nullptr;
+
+  if (workers_.empty()) {
+    run_range(0);
+  } else {
+    pending_.store(workers_.size(), std::memory_order_relaxed);
+    generation_.fetch_add(1);  // seq_cst: publishes the job (see the top of this file)
+    if (sleepers_.load() != 0) {
+      { std::lock_guard<std::mutex> lock(wake_mutex_); }
+      wake_.notify_all();
+    }
+    run_range(0);
+    // Wait for the workers. Their ranges are as long as ours, so they are normally done
+    // within microseconds; if not, one is probably descheduled (more threads than free
+    // cores), and yielding our core lets it finish.
+    Clock::time_point yield_after{};
+    bool yielding = false;
+    for (uint32_t spins = 1; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+      if (yielding) {
+        std::this_thread::yield();
+        continue;
+      }
+      if (spins == 64) yield_after = Clock::now() + std::chrono::microseconds(kPauseSpinMicroseconds);
+      if (spins > 64 && (spins & 63u) == 0 && Clock::now() >= yield_after) yielding = true;
+      COLIBRI_CPU_RELAX();
+    }
+  }
+  job_caller_.store(std::thread::id());
+  std::exception_ptr error = error_;
+  error_ = nullptr;
+  call_lock.unlock();
+  if (error) std::rethrow_exception(error);
+}
+
+// Waits for the generation after seen_generation: polls with `pause` for a few microseconds,
+// then polls with yields (so an oversubscribed machine still makes progress) until
+// spin_microseconds have passed, then blocks. Returns false when the pool is stopping.
+bool ThreadPool::wait_for_job(uint64_t seen_generation) {
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point yield_after = start + std::chrono::microseconds(kPauseSpinMicroseconds);
+  const Clock::time_point block_after = start + std::chrono::microseconds(spin_microseconds_);
+  for (uint32_t spins = 0;; ++spins) {
+    if (generation_.load(std::memory_order_acquire) != seen_generation) return !stop_.load();
+    if ((spins & 63u) == 63u) {
+      const Clock::time_point now = Clock::now();
+      if (now >= block_after) break;
+      if (now >= yield_after) std::this_thread::yield();
+    }
+    COLIBRI_CPU_RELAX();
+  }
+  std::unique_lock<std::mutex> lock(wake_mutex_);
+  sleepers_.fetch_add(1);
+  while (generation_.load() == seen_generation) wake_.wait(lock);
+  sleepers_.fetch_sub(1);
+  return !stop_.load();
+}
+
+void ThreadPool::worker_main(size_t thread) {
+  uint64_t seen_generation = 0;
+  for (;;) {
+    if (!wait_for_job(seen_generation)) return;
+    seen_generation = generation_.load(std::memory_order_acquire);
+    run_range(thread);
+    pending_.fetch_sub(1, std::memory_order_release);
+  }
+}
+
+}  // namespace colibri::util

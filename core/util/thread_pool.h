@@ -1,0 +1,119 @@
+// core/util/thread_pool.h — the persistent thread pool the forward pass splits work with.
+//
+// Workers are created once, in the constructor. parallel_for hands out tasks by a static
+// partition (thread i runs the contiguous task range [i·n/P, (i+1)·n/P)), the calling thread
+// works too and the call returns when every task is done. Because a task always runs
+// whole, on one thread, with the inputs the caller defined, results never depend on the
+// thread count as long as each task writes only its own outputs (ARCHITECTURE.md §5).
+//
+// Cost model: a call performs no allocation and no system call while the workers are
+// spinning (they spin for `spin_microseconds` after their last task, then block on a
+// condition variable); a decode step's dozens of calls cost microseconds. No OpenMP
+// (libgomp breaks late dlopen), no global state: every pool is an independent object.
+//
+// Thread safety: one parallel_for at a time per pool. Calls from two outside threads are
+// serialised (the second waits); a call from inside a task of the same pool is a bug and
+// aborts with a message, because it would deadlock.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace colibri::util {
+
+struct ThreadPoolOptions {
+  // Threads that run tasks, the caller included. 0 = the CPUs this process may run on
+  // (sched_getaffinity). 1 = no worker threads: parallel_for runs everything inline.
+  size_t thread_count = 0;
+  // Pin worker i (1 <= i < thread_count) to the i-th CPU this process may run on, wrapping
+  // around. The calling thread is left alone unless it calls pin_calling_thread().
+  bool pin_threads = false;
+  // How long an idle worker polls for the next call before blocking (microseconds).
+  // Larger: lower latency between back-to-back calls; smaller: less CPU burnt when idle.
+  uint32_t spin_microseconds = 1000;
+};
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(const ThreadPoolOptions &options = {});
+  ~ThreadPool();
+  ThreadPool(const ThreadPool &) = delete;
+  ThreadPool &operator=(const ThreadPool &) = delete;
+
+  // Threads that run tasks, the caller included (>= 1).
+  size_t thread_count() const { return thread_count_; }
+
+  // Runs fn(task, thread) for every task in [0, task_count) and returns when all are done.
+  // `thread` is in [0, thread_count()), 0 being the caller; no two tasks with the same
+  // `thread` run at the same time, so it can index per-thread scratch. Thread i always gets
+  // the same tasks for the same task_count. fn is borrowed for the call (no copy, no
+  // allocation). If tasks throw, the first exception is rethrown here after all threads
+  // have stopped (each thread skips its remaining tasks after a throw).
+  template <class Fn>
+  void parallel_for(size_t task_count, Fn &&fn) {
+    using Callable = std::remove_reference_t<Fn>;
+    run(task_count, &invoke<Callable>,
+        const_cast<void *>(static_cast<const void *>(std::addressof(fn))));
+  }
+
+  // Pins the calling thread to the first CPU this process may run on (the slot of thread
+  // 0). Meant for the one thread that will call parallel_for, together with pin_threads.
+  // Returns false if the OS refused.
+  bool pin_calling_thread();
+
+  // The first task of thread `thread` for task_count tasks (thread == thread_count() gives
+  // task_count): the static partition, exposed for tests and for callers that size
+  // per-thread work.
+  size_t partition_begin(size_t task_count, size_t thread) const {
+    // floor(task_count · thread / P) without overflow: task_count = q·P + r.
+    const size_t q = task_count / thread_count_, r = task_count % thread_count_;
+    return q * thread + r * thread / thread_count_;
+  }
+
+ private:
+  using TaskFn = void (*)(void *context, size_t task, size_t thread);
+
+  template <class Callable>
+  static void invoke(void *context, size_t task, size_t thread) {
+    (*static_cast<Callable *>(context))(task, thread);
+  }
+
+  void run(size_t task_count, TaskFn fn, void *context);
+  void run_range(size_t thread);
+  void worker_main(size_t thread);
+  bool wait_for_job(uint64_t seen_generation);
+  bool called_from_inside() const;
+
+  size_t thread_count_ = 1;
+  uint32_t spin_microseconds_ = 0;
+  std::vector<int> cpus_;  // CPUs this process may run on, in order
+  std::vector<std::thread> workers_;
+  std::vector<std::thread::id> worker_ids_;
+
+  // The current job, published by a release increment of generation_.
+  TaskFn job_fn_ = nullptr;
+  void *job_context_ = nullptr;
+  size_t job_task_count_ = 0;
+  std::atomic<std::thread::id> job_caller_{};  // the thread inside run(), for nesting checks
+
+  alignas(64) std::atomic<uint64_t> generation_{0};  // polled by idle workers
+  alignas(64) std::atomic<size_t> pending_{0};       // workers still running the job
+  alignas(64) std::atomic<uint32_t> sleepers_{0};    // workers blocked on wake_
+  std::atomic<bool> stop_{false};
+
+  std::mutex wake_mutex_;
+  std::condition_variable wake_;
+  std::mutex call_mutex_;  // serialises callers from different threads
+  std::mutex error_mutex_;
+  std::exception_ptr error_;
+};
+
+}  // namespace colibri::util

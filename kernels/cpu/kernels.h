@@ -1,0 +1,135 @@
+// kernels/cpu/kernels.h — the CPU compute kernels: weight-row matmuls (decode and prefill),
+// q8 activation quantisation, and the element-wise helpers of the forward pass.
+//
+// Owns: numerics only. Knows nothing about models, images, threads or allocation; it depends
+// on nothing else in the project (ARCHITECTURE.md §1). Callers split work into row ranges
+// and hand each range to a thread; every kernel writes only the outputs of its range.
+//
+// One implementation per instruction set (scalar, AVX2+FMA+F16C, AVX-512 F/BW/VL/DQ),
+// chosen at run time through kernel_table(). Nothing here allocates: scratch lives on the
+// stack and is bounded (at most ~66 KiB per call).
+//
+// Numerics (the contract the tests check):
+//   * Accumulation is fp32 everywhere.
+//   * Determinism: for one ISA, the value of an output element y[t][r] is a function of
+//     weight row r and activation row t only. It does not depend on the row range a call
+//     covers (so not on how rows are split between threads), on the number of tokens T in
+//     the call, or on whether matmul_rows or gemm_rows computed it: all four float entry
+//     points reduce in the same order (one fp32 accumulator per SIMD lane along cols, lane
+//     partial sums combined by one fixed tree). They are bitwise identical.
+//   * Across ISAs, f32/f16/bf16 results agree within 1e-5 · Σ|w·x| (different lane counts and
+//     FMA vs. separate multiply-add). q8 results are bitwise identical across ISAs: each
+//     block's int8·int8 sum is exact in int32, and the fp32 chain over blocks is the same
+//     sequence of operations everywhere.
+//   * Non-finite inputs propagate (a NaN/Inf activation makes the affected outputs
+//     non-finite); they never turn into silent finite garbage.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace colibri::kernels {
+
+// Instruction-set levels, in increasing order. Avx2 means AVX2 + FMA + F16C; Avx512 means
+// AVX-512 F + BW + VL + DQ (plus AVX2/FMA/F16C). VNNI, when present, is used inside the
+// Avx512 level without changing any result (integer sums are exact).
+enum class Isa : uint32_t { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+
+// Weight element types. The numeric values equal colibri::image::DType (core/image/format.h)
+// so core can convert with a static_cast (core static_asserts the equality).
+enum class DType : uint32_t { F32 = 0, F16 = 1, BF16 = 2, Q8 = 3 };
+
+// Q8 layout (same as the image format): a row of `cols` values is cols / group_size blocks,
+// each { float scale; int8_t q[group_size]; } with no padding. Value i = scale * q[i].
+// group_size is 32 or 64; cols must be a multiple of it. Activations quantised for a q8
+// matmul use the same layout and the same group size as the weights.
+inline constexpr uint32_t kQ8GroupSizeSmall = 32;
+inline constexpr uint32_t kQ8GroupSizeLarge = 64;
+inline constexpr size_t q8_block_bytes(uint32_t group_size) { return 4u + group_size; }
+
+// Bytes of one row of `cols` elements. For Q8, cols must be a multiple of group_size.
+// group_size is ignored for the other dtypes.
+size_t row_bytes(DType dtype, uint32_t group_size, size_t cols);
+
+// True when dtype/group_size/cols describe a matrix the kernels accept.
+bool weights_supported(DType dtype, uint32_t group_size, size_t cols);
+
+// The most capable level this CPU (and OS, for AVX-512 state) supports.
+Isa best_isa();
+const char *isa_name(Isa isa);    // "scalar", "avx2", "avx512"
+const char *dtype_name(DType dtype);  // "f32", "f16", "bf16", "q8"
+
+// Weight-row matmul: for rows r in [row_begin, row_end) and tokens t in [0, token_count):
+//   y[t * y_stride + r] = dot(W[r, 0:cols], x[t * cols .. t * cols + cols))
+// weights points at row 0 of W ([rows, cols] row-major in `dtype`); x is [token_count, cols]
+// fp32; y is indexed by absolute row (y_stride >= row_end). Only the outputs of the range
+// are written. Each weight row is read once per call and applied to all tokens.
+//
+// For Q8 weights this entry quantises x itself (into a bounded stack buffer, in token
+// chunks that fit 64 KiB); when several matrices share one activation (the k experts of a
+// token), quantise once with quantize_row_q8 and call the *_q8 entry instead.
+using MatmulFn = void (*)(const void *weights, DType dtype, uint32_t group_size, size_t cols,
+                          size_t row_begin, size_t row_end, const float *x, size_t token_count,
+                          float *y, size_t y_stride);
+
+// As MatmulFn for Q8 weights with activations already quantised: x_q8 is token_count rows
+// of row_bytes(Q8, group_size, cols) bytes each, made by quantize_row_q8 with the same
+// group_size.
+using MatmulQ8Fn = void (*)(const void *weights, uint32_t group_size, size_t cols,
+                            size_t row_begin, size_t row_end, const void *x_q8,
+                            size_t token_count, float *y, size_t y_stride);
+
+// Quantise one activation row to q8 blocks (scale = max|x| / 127, q = round-half-away(x /
+// scale); |x - scale·q| <= scale / 2). A block holding a NaN/Inf gets a NaN scale, so the
+// dot products it feeds become NaN. out must hold row_bytes(Q8, group_size, cols) bytes.
+using QuantizeQ8Fn = void (*)(const float *x, size_t cols, uint32_t group_size, void *out);
+
+struct KernelTable {
+  Isa isa;
+
+  // Decode path (token_count small, typically 1..8; any count is accepted and processed in
+  // chunks of 8 tokens): weights streamed once, T accumulators per row held in registers.
+  MatmulFn matmul_rows;
+  MatmulQ8Fn matmul_rows_q8;
+
+  // Prefill path (token_count large): register-blocked tiles of rows × tokens with cache
+  // blocking over tokens. Bitwise identical to matmul_rows / matmul_rows_q8.
+  MatmulFn gemm_rows;
+  MatmulQ8Fn gemm_rows_q8;
+
+  QuantizeQ8Fn quantize_row_q8;
+
+  // Element-wise helpers. n is the element count; out may alias an input.
+  float (*dot_f32)(const float *a, const float *b, size_t n);
+  // out[i] = x[i] * weight[i] / sqrt(mean(x²) + eps)   (RMSNorm, Zhang & Sennrich 2019)
+  void (*rmsnorm)(float *out, const float *x, const float *weight, float eps, size_t n);
+  // x[i] = exp(x[i] - max x) / Σ exp(x[j] - max x), in place. n >= 1.
+  void (*softmax)(float *x, size_t n);
+  // out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g))   (SwiGLU FFN)
+  void (*silu_mul)(float *out, const float *gate, const float *up, size_t n);
+  // out[i] = a[i] + b[i]
+  void (*add)(float *out, const float *a, const float *b, size_t n);
+  // y[i] += alpha * x[i]
+  void (*scale_add)(float *y, float alpha, const float *x, size_t n);
+  // Row conversions. To f16/bf16: round to nearest even; NaN stays NaN, overflow gives Inf.
+  void (*f16_to_f32)(const uint16_t *in, float *out, size_t n);
+  void (*bf16_to_f32)(const uint16_t *in, float *out, size_t n);
+  void (*f32_to_f16)(const float *in, uint16_t *out, size_t n);
+  void (*f32_to_bf16)(const float *in, uint16_t *out, size_t n);
+};
+
+// The kernels for `isa`. Asking for a level the CPU lacks gives the best supported level
+// below it (kernel_table(Isa::Avx512) on an AVX2 machine returns the AVX2 table), so
+// table.isa says what you got. The tables are immutable and live for the whole program.
+const KernelTable &kernel_table(Isa isa);
+
+// kernel_table(best_isa()).
+const KernelTable &default_kernel_table();
+
+// Single-value conversions (exact definitions the row conversions follow).
+float f16_to_f32_value(uint16_t h);
+float bf16_to_f32_value(uint16_t h);
+uint16_t f32_to_f16_value(float f);
+uint16_t f32_to_bf16_value(float f);
+
+}  // namespace colibri::kernels

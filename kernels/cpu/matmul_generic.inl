@@ -1,0 +1,388 @@
+// kernels/cpu/matmul_generic.inl — the weight-row matmul drivers and the float tile kernel,
+// written once over a `Simd` vocabulary and included by each ISA translation unit.
+//
+// Include it inside an anonymous namespace after tile_args.inl and after defining:
+//   struct Simd        fp32 vector ops: F, kLanes, zero, load_f32[_partial], load_f16[_partial],
+//                      load_bf16[_partial], madd (acc + a·b), reduce8 (8 vectors -> 8 sums)
+//   kDecodeRows(tt)    rows per decode tile for tt tokens (registers hold rows × tt accumulators)
+//   kGemmRows, kGemmTokens   the prefill register tile
+//   template <int GS> struct Q8Tile    a tile kernel type (see "A tile kernel" below)
+//   void quantize_row_q8_impl(const float*, size_t, uint32_t, void*)
+//
+// Reduction order (the determinism contract of kernels.h): every output element owns one
+// vector accumulator; the k loop walks cols in steps of kLanes from 0 upwards, the last
+// partial step zero-padded; the lanes are then summed by Simd::reduce8's fixed tree. Tiles
+// only choose how many (row, token) pairs run side by side, never the order within a pair,
+// so any tile shape, row range, token count or driver gives the same bits.
+
+template <DType WT>
+struct WeightLoad;
+
+template <>
+struct WeightLoad<DType::F32> {
+  using Elem = float;
+  static typename Simd::F load(const Elem *p) { return Simd::load_f32(p); }
+  static typename Simd::F load_partial(const Elem *p, size_t n) { return Simd::load_f32_partial(p, n); }
+};
+
+template <>
+struct WeightLoad<DType::F16> {
+  using Elem = uint16_t;
+  static typename Simd::F load(const Elem *p) { return Simd::load_f16(p); }
+  static typename Simd::F load_partial(const Elem *p, size_t n) { return Simd::load_f16_partial(p, n); }
+};
+
+template <>
+struct WeightLoad<DType::BF16> {
+  using Elem = uint16_t;
+  static typename Simd::F load(const Elem *p) { return Simd::load_bf16(p); }
+  static typename Simd::F load_partial(const Elem *p, size_t n) { return Simd::load_bf16_partial(p, n); }
+};
+
+// Writes the R × TT sums held in acc (pair p = r * TT + t) to y through the fixed tree.
+template <int R, int TT>
+__attribute__((always_inline)) inline void store_tile_sums(const typename Simd::F (&acc)[R * TT], float *y, size_t y_stride) {
+  constexpr int kPairs = R * TT;
+  constexpr int kGroups = (kPairs + 7) / 8;
+  float sums[kGroups * 8];
+  for (int g = 0; g < kGroups; ++g) {
+    typename Simd::F group[8];
+    for (int i = 0; i < 8; ++i) group[i] = 8 * g + i < kPairs ? acc[8 * g + i] : Simd::zero();
+    Simd::reduce8(group, sums + 8 * g);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < TT; ++t) y[t * y_stride + r] = sums[r * TT + t];
+}
+
+// A tile kernel computes R weight rows × TT tokens. Every tile type provides:
+//   kStep                    granularity of k in elements (k-block bounds are multiples of it)
+//   kBlockK                  k-block length of the prefill driver, elements
+//   state_floats(R, TT)      floats of accumulator state a k-block hands to the next
+//   decode_rows(TT), kGemmR, kGemmT   its register tile shapes
+//   span<R, TT>(a, k_begin, k_end, state, first, last)
+//       continues the tile's accumulators over [k_begin, k_end): starts from zero when
+//       `first`, else from `state`; finishes into y when `last`, else saves to `state`.
+//       Saving and reloading fp32 accumulators is exact, so splitting k changes no bit.
+//   run<R, TT>(a)            span over all of cols.
+
+// How far ahead of the current k each weight row is prefetched into L1 (weights come from L2
+// in the prefill loop order and from DRAM in decode).
+inline constexpr size_t kWeightPrefetchBytes = 1024;
+
+// fp32/f16/bf16 weights, fp32 activations: one vector accumulator per (row, token).
+template <DType WT>
+struct FloatTile {
+  static constexpr size_t kStep = Simd::kLanes;
+  static constexpr size_t kBlockK = 256;
+  static constexpr size_t state_floats(int rows, int tokens) { return size_t(rows) * tokens * Simd::kLanes; }
+  static constexpr int decode_rows(int tokens) { return kDecodeRows(tokens); }
+  static constexpr int kGemmR = kGemmRows;
+  static constexpr int kGemmT = kGemmTokens;
+
+  template <int R, int TT>
+  static void span(const TileArgs &a, size_t k_begin, size_t k_end, float *state, bool first, bool last) {
+    using Load = WeightLoad<WT>;
+    using Elem = typename Load::Elem;
+    using F = typename Simd::F;
+    constexpr size_t kL = Simd::kLanes;
+    const Elem *w[R];
+    for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const Elem *>(a.w + r * a.w_stride);
+    const float *x[TT];
+    for (int t = 0; t < TT; ++t) x[t] = reinterpret_cast<const float *>(a.x + t * a.x_stride);
+
+    F acc[R * TT];
+    if (first) {
+      for (int p = 0; p < R * TT; ++p) acc[p] = Simd::zero();
+    } else {
+      for (int p = 0; p < R * TT; ++p) acc[p] = Simd::load_f32(state + p * kL);
+    }
+    size_t k = k_begin;
+    for (; k + kL <= k_end; k += kL) {
+      F wv[R];
+      for (int r = 0; r < R; ++r) {
+        Simd::prefetch(reinterpret_cast<const char *>(w[r] + k) + kWeightPrefetchBytes);
+        wv[r] = Load::load(w[r] + k);
+      }
+      for (int t = 0; t < TT; ++t) {
+        const F xv = Simd::load_f32(x[t] + k);
+        for (int r = 0; r < R; ++r) acc[r * TT + t] = Simd::madd(wv[r], xv, acc[r * TT + t]);
+      }
+    }
+    if (k < k_end) {  // only at the end of cols: zero-padded last step
+      const size_t n = k_end - k;
+      F wv[R];
+      for (int r = 0; r < R; ++r) wv[r] = Load::load_partial(w[r] + k, n);
+      for (int t = 0; t < TT; ++t) {
+        const F xv = Simd::load_f32_partial(x[t] + k, n);
+        for (int r = 0; r < R; ++r) acc[r * TT + t] = Simd::madd(wv[r], xv, acc[r * TT + t]);
+      }
+    }
+    if (last) {
+      store_tile_sums<R, TT>(acc, a.y, a.y_stride);
+    } else {
+      for (int p = 0; p < R * TT; ++p) Simd::store(state + p * kL, acc[p]);
+    }
+  }
+
+  template <int R, int TT>
+  static void run(const TileArgs &a) {
+    span<R, TT>(a, 0, a.cols, nullptr, true, true);
+  }
+};
+
+// ---- drivers -------------------------------------------------------------------------------
+
+inline TileArgs advance(TileArgs a, size_t rows, size_t tokens) {
+  a.w += rows * a.w_stride;
+  a.x += tokens * a.x_stride;
+  a.y += tokens * a.y_stride + rows;
+  return a;
+}
+
+// `rows` rows in tiles of R rows × TT tokens; a remainder of fewer than R rows uses the
+// largest smaller tile (one call each for R-1, R-2, ... as needed).
+template <class Tile, int TT, int R>
+void run_rows(TileArgs a, size_t rows) {
+  for (; rows >= static_cast<size_t>(R); rows -= R) {
+    Tile::template run<R, TT>(a);
+    a = advance(a, R, 0);
+  }
+  if constexpr (R > 1) {
+    if (rows != 0) run_rows<Tile, TT, R - 1>(a, rows);
+  }
+}
+
+template <class Tile, int TT>
+void decode_tokens(const TileArgs &a, size_t rows) {
+  run_rows<Tile, TT, Tile::decode_rows(TT)>(a, rows);
+}
+
+// Decode: tokens in chunks of 8, each chunk a single sweep over the weight rows with all of
+// its tokens' accumulators in registers (each weight row is read once per chunk).
+template <class Tile>
+void decode_driver(TileArgs a, size_t rows, size_t tokens) {
+  for (size_t t0 = 0; t0 < tokens; t0 += 8) {
+    const TileArgs b = advance(a, 0, t0);
+    switch (min_size(8, tokens - t0)) {
+      case 1: decode_tokens<Tile, 1>(b, rows); break;
+      case 2: decode_tokens<Tile, 2>(b, rows); break;
+      case 3: decode_tokens<Tile, 3>(b, rows); break;
+      case 4: decode_tokens<Tile, 4>(b, rows); break;
+      case 5: decode_tokens<Tile, 5>(b, rows); break;
+      case 6: decode_tokens<Tile, 6>(b, rows); break;
+      case 7: decode_tokens<Tile, 7>(b, rows); break;
+      default: decode_tokens<Tile, 8>(b, rows); break;
+    }
+  }
+}
+
+using SpanFn = void (*)(const TileArgs &, size_t, size_t, float *, bool, bool);
+
+// span<r, t> for every r <= R, t <= TT, indexed [r - 1][t - 1].
+template <class Tile, int R, int TT>
+struct SpanTable {
+  SpanFn fn[R][TT];
+  constexpr SpanTable() : fn{} { fill(std::make_integer_sequence<int, R * TT>{}); }
+  template <int... I>
+  constexpr void fill(std::integer_sequence<int, I...>) {
+    ((fn[I / TT][I % TT] = &Tile::template span<I / TT + 1, I % TT + 1>), ...);
+  }
+};
+
+template <class Tile>
+constexpr SpanTable<Tile, Tile::kGemmR, Tile::kGemmT> kSpanTable{};
+
+// Prefill, blocked like a BLAS GEMM for the inner-product tile:
+//   panel      up to kGemmPanelMaxRows weight rows, at most kGemmPanelBytes (stays in L2 and
+//              is reused by every token tile);
+//   token tile kGemmT tokens; its activations for one k-block (kBlockK) stay in L1 and are
+//              reused by every row tile of the panel;
+//   k-block    the accumulators of all row tiles of the panel wait in `state` between
+//              k-blocks (exact, see span).
+inline constexpr size_t kGemmPanelBytes = 256 * 1024;
+inline constexpr size_t kGemmPanelMaxRows = 64;
+
+template <class Tile>
+void gemm_driver(TileArgs a, size_t rows, size_t tokens) {
+  constexpr int R = Tile::kGemmR, TT = Tile::kGemmT;
+  constexpr size_t kMaxTiles = kGemmPanelMaxRows / R;
+  constexpr size_t kTileState = Tile::state_floats(R, TT);
+  alignas(64) float state[kMaxTiles * kTileState];
+  const size_t panel_tiles =
+      a.w_stride * R >= kGemmPanelBytes ? 1 : min_size(kMaxTiles, kGemmPanelBytes / (a.w_stride * R));
+  const size_t panel_rows = panel_tiles * R;
+  const SpanTable<Tile, R, TT> &table = kSpanTable<Tile>;
+  for (size_t p0 = 0; p0 < rows; p0 += panel_rows) {
+    const size_t pr = min_size(panel_rows, rows - p0);
+    for (size_t t0 = 0; t0 < tokens; t0 += TT) {
+      const size_t tc = min_size(TT, tokens - t0);
+      for (size_t k0 = 0; k0 < a.cols; k0 += Tile::kBlockK) {
+        const size_t k1 = min_size(a.cols, k0 + Tile::kBlockK);
+        const bool first = k0 == 0, last = k1 == a.cols;
+        for (size_t r = 0, tile = 0; r < pr; r += R, ++tile) {
+          const size_t rc = min_size(R, pr - r);
+          table.fn[rc - 1][tc - 1](advance(a, p0 + r, t0), k0, k1, state + tile * kTileState, first, last);
+        }
+      }
+    }
+  }
+}
+
+// ---- entry points --------------------------------------------------------------------------
+
+enum class Path { Decode, Gemm };
+
+template <Path P, class Tile>
+void run_path(const TileArgs &a, size_t rows, size_t tokens) {
+  if constexpr (P == Path::Decode) {
+    decode_driver<Tile>(a, rows, tokens);
+  } else {
+    gemm_driver<Tile>(a, rows, tokens);
+  }
+}
+
+template <Path P>
+void matmul_q8_prequantised(const void *weights, uint32_t group_size, size_t cols, size_t row_begin,
+                            size_t row_end, const void *x_q8, size_t token_count, float *y,
+                            size_t y_stride) {
+  const size_t w_stride = (cols / group_size) * q8_block_bytes(group_size);
+  TileArgs a{static_cast<const unsigned char *>(weights) + row_begin * w_stride,
+             w_stride,
+             static_cast<const unsigned char *>(x_q8),
+             w_stride,
+             cols,
+             y + row_begin,
+             y_stride};
+  const size_t rows = row_end - row_begin;
+  if (group_size == kQ8GroupSizeSmall) {
+    run_path<P, Q8Tile<32>>(a, rows, token_count);
+  } else {
+    run_path<P, Q8Tile<64>>(a, rows, token_count);
+  }
+}
+
+template <Path P>
+void matmul_q8_entry(const void *weights, uint32_t group_size, size_t cols, size_t row_begin,
+                     size_t row_end, const void *x_q8, size_t token_count, float *y,
+                     size_t y_stride) {
+  detail::check_matmul_args(weights, DType::Q8, group_size, cols, row_begin, row_end, x_q8,
+                            token_count, y, y_stride);
+  if (row_begin == row_end || token_count == 0) return;
+  matmul_q8_prequantised<P>(weights, group_size, cols, row_begin, row_end, x_q8, token_count, y,
+                            y_stride);
+}
+
+// Rows whose quantised form exceeds the stack buffer (cols > ~58k): quantise each token in
+// pieces and continue every output's fp32 block chain in y between pieces (storing an fp32
+// partial sum and reloading it is exact). Uses the block rule all tiles share, so the bits
+// equal the fast path's. Correct rather than fast; no current model reaches it.
+void q8_rows_beyond_stack(const void *weights, uint32_t group_size, size_t cols,
+                          size_t row_begin, size_t row_end, const float *x, size_t token_count,
+                          float *y, size_t y_stride, unsigned char *buffer, size_t buffer_bytes) {
+  const size_t block_bytes = q8_block_bytes(group_size);
+  const size_t w_stride = (cols / group_size) * block_bytes;
+  const size_t piece_blocks = buffer_bytes / block_bytes;
+  const size_t total_blocks = cols / group_size;
+  for (size_t t = 0; t < token_count; ++t) {
+    for (size_t b0 = 0; b0 < total_blocks; b0 += piece_blocks) {
+      const size_t nb = min_size(piece_blocks, total_blocks - b0);
+      quantize_row_q8_impl(x + t * cols + b0 * group_size, nb * group_size, group_size, buffer);
+      for (size_t r = row_begin; r < row_end; ++r) {
+        const unsigned char *w = static_cast<const unsigned char *>(weights) + r * w_stride;
+        float acc = b0 == 0 ? 0.0f : y[t * y_stride + r];
+        for (size_t b = 0; b < nb; ++b) {
+          const unsigned char *wb = w + (b0 + b) * block_bytes;
+          const unsigned char *xb = buffer + b * block_bytes;
+          float dw, dx;
+          std::memcpy(&dw, wb, 4);
+          std::memcpy(&dx, xb, 4);
+          int32_t isum = 0;
+          for (uint32_t i = 0; i < group_size; ++i)
+            isum += int32_t(int8_t(wb[4 + i])) * int32_t(int8_t(xb[4 + i]));
+          acc = acc + (dw * dx) * static_cast<float>(isum);
+        }
+        y[t * y_stride + r] = acc;
+      }
+    }
+  }
+}
+
+// Float activations against q8 weights: quantise as many tokens as fit the stack buffer (64 KiB),
+// run them together, repeat. Results equal the pre-quantised entry's (same quantiser).
+template <Path P>
+void matmul_q8_from_float(const void *weights, uint32_t group_size, size_t cols,
+                          size_t row_begin, size_t row_end, const float *x, size_t token_count,
+                          float *y, size_t y_stride) {
+  alignas(64) unsigned char buffer[detail::kQ8StackBytes];
+  const size_t x_row_bytes = (cols / group_size) * q8_block_bytes(group_size);
+  if (x_row_bytes > sizeof(buffer)) {
+    q8_rows_beyond_stack(weights, group_size, cols, row_begin, row_end, x, token_count, y,
+                         y_stride, buffer, sizeof(buffer));
+    return;
+  }
+  const size_t chunk = sizeof(buffer) / x_row_bytes;
+  for (size_t t0 = 0; t0 < token_count; t0 += chunk) {
+    const size_t n = min_size(chunk, token_count - t0);
+    for (size_t t = 0; t < n; ++t)
+      quantize_row_q8_impl(x + (t0 + t) * cols, cols, group_size, buffer + t * x_row_bytes);
+    matmul_q8_prequantised<P>(weights, group_size, cols, row_begin, row_end, buffer, n,
+                              y + t0 * y_stride, y_stride);
+  }
+}
+
+template <Path P>
+void matmul_entry(const void *weights, DType dtype, uint32_t group_size, size_t cols,
+                  size_t row_begin, size_t row_end, const float *x, size_t token_count, float *y,
+                  size_t y_stride) {
+  detail::check_matmul_args(weights, dtype, group_size, cols, row_begin, row_end, x, token_count,
+                            y, y_stride);
+  if (row_begin == row_end || token_count == 0) return;
+  if (dtype == DType::Q8) {
+    matmul_q8_from_float<P>(weights, group_size, cols, row_begin, row_end, x, token_count, y,
+                            y_stride);
+    return;
+  }
+  const size_t w_stride = row_bytes(dtype, group_size, cols);
+  TileArgs a{static_cast<const unsigned char *>(weights) + row_begin * w_stride,
+             w_stride,
+             reinterpret_cast<const unsigned char *>(x),
+             cols * sizeof(float),
+             cols,
+             y + row_begin,
+             y_stride};
+  const size_t rows = row_end - row_begin;
+  switch (dtype) {
+    case DType::F32: run_path<P, FloatTile<DType::F32>>(a, rows, token_count); break;
+    case DType::F16: run_path<P, FloatTile<DType::F16>>(a, rows, token_count); break;
+    case DType::BF16: run_path<P, FloatTile<DType::BF16>>(a, rows, token_count); break;
+    case DType::Q8: break;
+  }
+}
+
+void matmul_rows_impl(const void *weights, DType dtype, uint32_t group_size, size_t cols,
+                      size_t row_begin, size_t row_end, const float *x, size_t token_count,
+                      float *y, size_t y_stride) {
+  matmul_entry<Path::Decode>(weights, dtype, group_size, cols, row_begin, row_end, x,
+                             token_count, y, y_stride);
+}
+
+void gemm_rows_impl(const void *weights, DType dtype, uint32_t group_size, size_t cols,
+                    size_t row_begin, size_t row_end, const float *x, size_t token_count,
+                    float *y, size_t y_stride) {
+  matmul_entry<Path::Gemm>(weights, dtype, group_size, cols, row_begin, row_end, x, token_count,
+                           y, y_stride);
+}
+
+void matmul_rows_q8_impl(const void *weights, uint32_t group_size, size_t cols, size_t row_begin,
+                         size_t row_end, const void *x_q8, size_t token_count, float *y,
+                         size_t y_stride) {
+  matmul_q8_entry<Path::Decode>(weights, group_size, cols, row_begin, row_end, x_q8, token_count,
+                                y, y_stride);
+}
+
+void gemm_rows_q8_impl(const void *weights, uint32_t group_size, size_t cols, size_t row_begin,
+                       size_t row_end, const void *x_q8, size_t token_count, float *y,
+                       size_t y_stride) {
+  matmul_q8_entry<Path::Gemm>(weights, group_size, cols, row_begin, row_end, x_q8, token_count, y,
+                              y_stride);
+}

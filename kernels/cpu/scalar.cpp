@@ -1,0 +1,283 @@
+// kernels/cpu/scalar.cpp — the portable kernels (no ISA flags) and the scalar fp16/bf16
+// conversions every level shares.
+//
+// The float matmul emulates 8 SIMD lanes with plain arrays so that the compiler can use the
+// baseline SSE2 registers and so that its reduction tree is the AVX2 one (results differ from
+// AVX2 only by FMA rounding). The q8 path is the reference block rule every ISA reproduces
+// bit for bit.
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "kernels/cpu/internal.h"
+
+namespace colibri::kernels {
+namespace detail {
+
+float f16_to_f32_scalar(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1Fu;
+  const uint32_t mantissa = h & 0x3FFu;
+  uint32_t bits;
+  if (exponent == 0) {
+    // Zero or subnormal: mantissa · 2^-24 is exact in fp32.
+    float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
+    std::memcpy(&bits, &magnitude, 4);
+    bits |= sign;
+  } else if (exponent == 31) {
+    // Inf, or NaN made quiet (what F16C's vcvtph2ps does).
+    bits = sign | 0x7F800000u | (mantissa << 13) | (mantissa != 0 ? 0x00400000u : 0u);
+  } else {
+    bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Round to nearest even, overflow to Inf, NaN to a quiet NaN, subnormals kept
+// (F. Giesen, "float_to_half_fast3_rtne", public domain).
+uint16_t f32_to_f16_scalar(float value) {
+  uint32_t u;
+  std::memcpy(&u, &value, 4);
+  const uint32_t sign = u & 0x80000000u;
+  u ^= sign;
+  uint32_t out;
+  if (u >= (127u + 16u) << 23) {
+    out = u > 0x7F800000u ? 0x7E00u | ((u >> 13) & 0x3FFu) : 0x7C00u;
+  } else if (u < 113u << 23) {
+    const uint32_t magic_bits = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+    float magic, f;
+    std::memcpy(&magic, &magic_bits, 4);
+    std::memcpy(&f, &u, 4);
+    f += magic;
+    std::memcpy(&u, &f, 4);
+    out = u - magic_bits;
+  } else {
+    const uint32_t mantissa_odd = (u >> 13) & 1u;
+    u += (static_cast<uint32_t>(15 - 127) << 23) + 0xFFFu;
+    u += mantissa_odd;
+    out = u >> 13;
+  }
+  return static_cast<uint16_t>(out | (sign >> 16));
+}
+
+float bf16_to_f32_scalar(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t f32_to_bf16_scalar(float value) {
+  uint32_t u;
+  std::memcpy(&u, &value, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+}  // namespace detail
+
+namespace scalar {
+namespace {
+
+#include "kernels/cpu/tile_args.inl"
+
+// Eight emulated lanes; madd is a separate multiply and add (no FMA at this level).
+struct Simd {
+  struct F {
+    float v[8];
+  };
+  static constexpr size_t kLanes = 8;
+  static void prefetch(const char *p) { __builtin_prefetch(p); }
+
+  static F zero() {
+    F r;
+    for (float &lane : r.v) lane = 0.0f;
+    return r;
+  }
+  static F load_f32(const float *p) {
+    F r;
+    for (int i = 0; i < 8; ++i) r.v[i] = p[i];
+    return r;
+  }
+  static F load_f32_partial(const float *p, size_t n) {
+    F r = zero();
+    for (size_t i = 0; i < n; ++i) r.v[i] = p[i];
+    return r;
+  }
+  static F load_f16(const uint16_t *p) { return load_f16_partial(p, 8); }
+  static F load_f16_partial(const uint16_t *p, size_t n) {
+    F r = zero();
+    for (size_t i = 0; i < n; ++i) r.v[i] = detail::f16_to_f32_scalar(p[i]);
+    return r;
+  }
+  static F load_bf16(const uint16_t *p) { return load_bf16_partial(p, 8); }
+  static F load_bf16_partial(const uint16_t *p, size_t n) {
+    F r = zero();
+    for (size_t i = 0; i < n; ++i) r.v[i] = detail::bf16_to_f32_scalar(p[i]);
+    return r;
+  }
+  static void store(float *p, const F &v) {
+    for (int i = 0; i < 8; ++i) p[i] = v.v[i];
+  }
+  static F madd(const F &a, const F &b, const F &acc) {
+    F r;
+    for (int i = 0; i < 8; ++i) r.v[i] = acc.v[i] + a.v[i] * b.v[i];
+    return r;
+  }
+  // The canonical 8-lane tree: ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)).
+  static float tree(const F &a) {
+    return ((a.v[0] + a.v[1]) + (a.v[2] + a.v[3])) + ((a.v[4] + a.v[5]) + (a.v[6] + a.v[7]));
+  }
+  static void reduce8(const F *v, float *out) {
+    for (int j = 0; j < 8; ++j) out[j] = tree(v[j]);
+  }
+};
+
+constexpr int kDecodeRows(int tokens) { return tokens == 1 ? 4 : tokens == 2 ? 2 : 1; }
+constexpr int kGemmRows = 2;
+constexpr int kGemmTokens = 4;
+
+// The reference q8 block rule: exact int32 block sum, then acc = acc + (dw·dx)·isum in fp32.
+template <int GS>
+struct Q8Tile {
+  static constexpr size_t kStep = GS;
+  static constexpr size_t kBlockK = 2048;
+  static constexpr size_t state_floats(int rows, int tokens) { return size_t(rows) * tokens; }
+  static constexpr int decode_rows(int tokens) { return kDecodeRows(tokens); }
+  static constexpr int kGemmR = kGemmRows;
+  static constexpr int kGemmT = kGemmTokens;
+
+  template <int R, int TT>
+  static void span(const TileArgs &a, size_t k_begin, size_t k_end, float *state, bool first, bool last) {
+    constexpr size_t kBlockBytes = 4 + GS;
+    for (int r = 0; r < R; ++r) {
+      for (int t = 0; t < TT; ++t) {
+        const unsigned char *w = a.w + r * a.w_stride + (k_begin / GS) * kBlockBytes;
+        const unsigned char *x = a.x + t * a.x_stride + (k_begin / GS) * kBlockBytes;
+        float acc = first ? 0.0f : state[r * TT + t];
+        for (size_t b = k_begin / GS; b < k_end / GS; ++b, w += kBlockBytes, x += kBlockBytes) {
+          float dw, dx;
+          std::memcpy(&dw, w, 4);
+          std::memcpy(&dx, x, 4);
+          const int8_t *qw = reinterpret_cast<const int8_t *>(w + 4);
+          const int8_t *qx = reinterpret_cast<const int8_t *>(x + 4);
+          int32_t isum = 0;
+          for (int i = 0; i < GS; ++i) isum += int32_t(qw[i]) * int32_t(qx[i]);
+          acc = acc + (dw * dx) * static_cast<float>(isum);
+        }
+        if (last) a.y[t * a.y_stride + r] = acc;
+        else state[r * TT + t] = acc;
+      }
+    }
+  }
+
+  template <int R, int TT>
+  static void run(const TileArgs &a) {
+    span<R, TT>(a, 0, a.cols, nullptr, true, true);
+  }
+};
+
+// scale = max|x| / 127 (NaN if the block holds a NaN/Inf); q = round-half-away(x / scale),
+// 0 where x / scale is not a number (scale 0 or NaN).
+void quantize_row_q8_impl(const float *x, size_t cols, uint32_t group_size, void *out) {
+  unsigned char *block = static_cast<unsigned char *>(out);
+  for (size_t c0 = 0; c0 < cols; c0 += group_size, block += q8_block_bytes(group_size)) {
+    float amax = 0.0f;
+    bool non_finite = false;
+    for (uint32_t i = 0; i < group_size; ++i) {
+      const float a = std::fabs(x[c0 + i]);
+      if (!(a <= 3.40282347e38f)) non_finite = true;
+      else if (a > amax) amax = a;
+    }
+    const float scale = non_finite ? std::nanf("") : amax / 127.0f;
+    std::memcpy(block, &scale, 4);
+    int8_t *q = reinterpret_cast<int8_t *>(block + 4);
+    for (uint32_t i = 0; i < group_size; ++i) {
+      const float t = x[c0 + i] / scale;
+      float rounded = 0.0f;
+      if (t >= -127.5f && t <= 127.5f) {
+        rounded = std::trunc(t);
+        const float fraction = t - rounded;
+        if (fraction >= 0.5f) rounded += 1.0f;
+        if (fraction <= -0.5f) rounded -= 1.0f;
+        if (rounded > 127.0f) rounded = 127.0f;
+        if (rounded < -127.0f) rounded = -127.0f;
+      }
+      q[i] = static_cast<int8_t>(rounded);
+    }
+  }
+}
+
+#include "kernels/cpu/matmul_generic.inl"
+
+// ---- element-wise --------------------------------------------------------------------------
+
+float dot_f32(const float *a, const float *b, size_t n) {
+  Simd::F acc = Simd::zero();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = Simd::madd(Simd::load_f32(a + i), Simd::load_f32(b + i), acc);
+  if (i < n) acc = Simd::madd(Simd::load_f32_partial(a + i, n - i), Simd::load_f32_partial(b + i, n - i), acc);
+  return Simd::tree(acc);
+}
+
+void rmsnorm(float *out, const float *x, const float *weight, float eps, size_t n) {
+  const float sum_squares = dot_f32(x, x, n);
+  const float inverse_rms = 1.0f / std::sqrt(sum_squares / static_cast<float>(n) + eps);
+  for (size_t i = 0; i < n; ++i) out[i] = (x[i] * inverse_rms) * weight[i];
+}
+
+void softmax(float *x, size_t n) {
+  float max_value = x[0];
+  for (size_t i = 1; i < n; ++i)
+    if (x[i] > max_value) max_value = x[i];
+  float lanes[8] = {};
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max_value);
+    lanes[i % 8] += x[i];
+  }
+  const float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+                    ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+  for (size_t i = 0; i < n; ++i) x[i] = x[i] / sum;
+}
+
+void silu_mul(float *out, const float *gate, const float *up, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void add(float *out, const float *a, const float *b, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void scale_add(float *y, float alpha, const float *x, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] = y[i] + alpha * x[i];
+}
+
+void f16_to_f32(const uint16_t *in, float *out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = detail::f16_to_f32_scalar(in[i]);
+}
+void bf16_to_f32(const uint16_t *in, float *out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = detail::bf16_to_f32_scalar(in[i]);
+}
+void f32_to_f16(const float *in, uint16_t *out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = detail::f32_to_f16_scalar(in[i]);
+}
+void f32_to_bf16(const float *in, uint16_t *out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = detail::f32_to_bf16_scalar(in[i]);
+}
+
+constexpr KernelTable kTable = {
+    Isa::Scalar,   matmul_rows_impl, matmul_rows_q8_impl, gemm_rows_impl, gemm_rows_q8_impl,
+    quantize_row_q8_impl, dot_f32,   rmsnorm,             softmax,        silu_mul,
+    add,           scale_add,        f16_to_f32,          bf16_to_f32,    f32_to_f16,
+    f32_to_bf16,
+};
+
+}  // namespace
+}  // namespace scalar
+
+const KernelTable &detail::scalar_table() { return scalar::kTable; }
+
+}  // namespace colibri::kernels

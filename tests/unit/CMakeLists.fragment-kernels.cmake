@@ -1,0 +1,20 @@
+# Kernel and thread-pool unit tests. Included from tests/CMakeLists.txt with
+#   include(${CMAKE_CURRENT_SOURCE_DIR}/unit/CMakeLists.fragment-kernels.cmake)
+# Needs: targets colibri_kernels and colibri_core (which compiles core/util/thread_pool.cpp),
+# and find_package(Catch2 2 REQUIRED) done by the includer or here.
+if(NOT TARGET Catch2::Catch2WithMain)
+  find_package(Catch2 2 REQUIRED)
+endif()
+find_package(Threads REQUIRED)
+
+set(_colibri_kernels_unit_dir ${CMAKE_CURRENT_LIST_DIR})
+
+add_executable(kernels_tests
+  ${_colibri_kernels_unit_dir}/kernels_matmul_test.cpp
+  ${_colibri_kernels_unit_dir}/kernels_elementwise_test.cpp)
+target_link_libraries(kernels_tests PRIVATE colibri_kernels Catch2::Catch2WithMain)
+add_test(NAME kernels_tests COMMAND kernels_tests)
+
+add_executable(thread_pool_tests ${_colibri_kernels_unit_dir}/thread_pool_test.cpp)
+target_link_libraries(thread_pool_tests PRIVATE colibri_core colibri_kernels Catch2::Catch2WithMain Threads::Threads)
+add_test(NAME thread_pool_tests COMMAND thread_pool_tests)

@@ -1,0 +1,213 @@
+// tests/unit/kernels_elementwise_test.cpp — the forward-pass helpers (rmsnorm, softmax,
+// silu_mul, add, scale_add, dot) and the f16/bf16 row conversions, on every ISA.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "kernels_test_util.h"
+
+using namespace colibri::kernels;
+using namespace colibri::kernels::test;
+
+namespace {
+
+const size_t kSizes[] = {1, 3, 8, 15, 16, 17, 31, 64, 100, 1000, 4099};
+
+bool same_bits_or_both_nan(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return std::memcmp(&a, &b, 4) == 0;
+}
+
+// bf16 round-to-nearest-even from the definition (exact arithmetic in double).
+uint16_t bf16_reference(float f) {
+  if (std::isnan(f)) return 0x7FC0;
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t down = u & 0xFFFF0000u;
+  const uint32_t up = down + 0x10000u;
+  float fd, fu;
+  std::memcpy(&fd, &down, 4);
+  std::memcpy(&fu, &up, 4);
+  const double dd = std::fabs(double(f) - double(fd));
+  // up may be Inf (overflow): treat its distance as 2^128 - |f|, the IEEE rule.
+  const double du = std::isinf(fu) ? std::ldexp(1.0, 128) - std::fabs(double(f)) : std::fabs(double(fu) - double(f));
+  if (dd < du) return uint16_t(down >> 16);
+  if (du < dd) return uint16_t(up >> 16);
+  return ((down >> 16) & 1) ? uint16_t(up >> 16) : uint16_t(down >> 16);
+}
+
+std::vector<float> special_floats() {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.0f, 65520.0f, 1e5f, -1e5f,
+                          6.1e-5f, 6.0e-8f, 3.0e-8f, 2.9e-8f, 1e-10f, inf, -inf,
+                          std::numeric_limits<float>::quiet_NaN(), 3.3895314e38f, 3.4028235e38f,
+                          1.17549435e-38f, 1e-40f, 0.1f, 1.00390625f, 1.005859375f, 2049.0f};
+  const std::vector<float> r = random_floats(3000, 77, 100.0f);
+  v.insert(v.end(), r.begin(), r.end());
+  std::mt19937 rng(78);
+  for (int i = 0; i < 3000; ++i) {  // random bit patterns: every exponent
+    const uint32_t bits = rng();
+    float f;
+    std::memcpy(&f, &bits, 4);
+    v.push_back(f);
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("f16 conversions are exact and round to nearest even on every ISA", "[kernels][convert]") {
+  // Widening: all 65536 half values, bit-exact against the scalar definition.
+  std::vector<uint16_t> halves(65536);
+  for (uint32_t i = 0; i < 65536; ++i) halves[i] = uint16_t(i);
+  std::vector<float> expected(65536);
+  for (uint32_t i = 0; i < 65536; ++i) expected[i] = f16_to_f32_value(uint16_t(i));
+#ifdef __FLT16_MAX__
+  for (uint32_t i = 0; i < 65536; ++i) {
+    _Float16 h;
+    const uint16_t bits = uint16_t(i);
+    std::memcpy(&h, &bits, 2);
+    REQUIRE(same_bits_or_both_nan(expected[i], static_cast<float>(h)));
+  }
+#endif
+  const std::vector<float> values = special_floats();
+  for (const NamedTable &isa : available_tables()) {
+    INFO(isa.name);
+    std::vector<float> widened(65536);
+    isa.table->f16_to_f32(halves.data(), widened.data(), halves.size());
+    for (uint32_t i = 0; i < 65536; ++i) REQUIRE(same_bits_or_both_nan(widened[i], expected[i]));
+
+    std::vector<uint16_t> narrowed(values.size());
+    isa.table->f32_to_f16(values.data(), narrowed.data(), values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      INFO("value " << values[i]);
+#ifdef __FLT16_MAX__
+      const _Float16 h = static_cast<_Float16>(values[i]);
+      uint16_t bits;
+      std::memcpy(&bits, &h, 2);
+      if (std::isnan(values[i])) {
+        REQUIRE((narrowed[i] & 0x7C00) == 0x7C00);
+        REQUIRE((narrowed[i] & 0x3FF) != 0);
+      } else {
+        REQUIRE(narrowed[i] == bits);
+      }
+#endif
+      REQUIRE(narrowed[i] == f32_to_f16_value(values[i]));
+    }
+  }
+}
+
+TEST_CASE("bf16 conversions are exact and round to nearest even on every ISA", "[kernels][convert]") {
+  const std::vector<float> values = special_floats();
+  for (const NamedTable &isa : available_tables()) {
+    INFO(isa.name);
+    std::vector<uint16_t> narrowed(values.size());
+    isa.table->f32_to_bf16(values.data(), narrowed.data(), values.size());
+    std::vector<float> widened(values.size());
+    isa.table->bf16_to_f32(narrowed.data(), widened.data(), narrowed.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      INFO("value " << values[i]);
+      if (std::isnan(values[i])) {
+        REQUIRE(std::isnan(widened[i]));
+      } else {
+        REQUIRE(narrowed[i] == bf16_reference(values[i]));
+        REQUIRE(widened[i] == bf16_to_f32_value(narrowed[i]));
+      }
+      REQUIRE(narrowed[i] == f32_to_bf16_value(values[i]));
+    }
+  }
+}
+
+TEST_CASE("rmsnorm matches x * w / sqrt(mean(x^2) + eps)", "[kernels][elementwise]") {
+  for (const NamedTable &isa : available_tables()) {
+    for (size_t n : kSizes) {
+      INFO(isa.name << " n=" << n);
+      const std::vector<float> x = random_floats(n, 1, 3.0f), w = random_floats(n, 2);
+      double ss = 0;
+      for (float v : x) ss += double(v) * v;
+      const double inv = 1.0 / std::sqrt(ss / double(n) + 1e-6);
+      std::vector<float> out(n);
+      isa.table->rmsnorm(out.data(), x.data(), w.data(), 1e-6f, n);
+      for (size_t i = 0; i < n; ++i) REQUIRE(std::fabs(out[i] - x[i] * inv * w[i]) <= 1e-5 * std::fabs(x[i] * inv * w[i]) + 1e-30);
+      std::vector<float> in_place = x;  // out may alias x
+      isa.table->rmsnorm(in_place.data(), in_place.data(), w.data(), 1e-6f, n);
+      REQUIRE(bitwise_equal(in_place, out));
+    }
+  }
+}
+
+TEST_CASE("softmax matches the double reference and sums to one", "[kernels][elementwise]") {
+  for (const NamedTable &isa : available_tables()) {
+    for (size_t n : kSizes) {
+      INFO(isa.name << " n=" << n);
+      std::vector<float> x = random_floats(n, 3, 8.0f);
+      if (n > 4) x[2] = -std::numeric_limits<float>::infinity();  // masked position
+      double max_value = -1e300;
+      for (float v : x) max_value = std::max(max_value, double(v));
+      std::vector<double> ref(n);
+      double sum = 0;
+      for (size_t i = 0; i < n; ++i) sum += ref[i] = std::exp(double(x[i]) - max_value);
+      std::vector<float> y = x;
+      isa.table->softmax(y.data(), n);
+      double total = 0;
+      for (size_t i = 0; i < n; ++i) {
+        REQUIRE(std::fabs(y[i] - ref[i] / sum) <= 1e-5 * (ref[i] / sum) + 1e-7);
+        total += y[i];
+      }
+      REQUIRE(std::fabs(total - 1.0) < 1e-5);
+      if (n > 4) REQUIRE(y[2] == 0.0f);
+    }
+    std::vector<float> with_nan = random_floats(37, 4);
+    with_nan[20] = std::numeric_limits<float>::quiet_NaN();
+    isa.table->softmax(with_nan.data(), with_nan.size());
+    for (float v : with_nan) REQUIRE(std::isnan(v));
+  }
+}
+
+TEST_CASE("silu_mul computes g / (1 + e^-g) * u, also for extreme gates", "[kernels][elementwise]") {
+  for (const NamedTable &isa : available_tables()) {
+    for (size_t n : kSizes) {
+      INFO(isa.name << " n=" << n);
+      std::vector<float> g = random_floats(n, 5, 6.0f), u = random_floats(n, 6);
+      if (n >= 8) {
+        g[0] = -1000.0f;
+        g[1] = 1000.0f;
+        g[2] = -88.0f;
+        g[3] = 90.0f;
+        g[4] = -0.0f;
+      }
+      std::vector<float> out(n);
+      isa.table->silu_mul(out.data(), g.data(), u.data(), n);
+      for (size_t i = 0; i < n; ++i) {
+        const double ref = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i];
+        INFO("g=" << g[i] << " u=" << u[i] << " got " << out[i] << " ref " << ref);
+        REQUIRE(std::fabs(out[i] - ref) <= 2e-6 * std::fabs(ref) + 1e-30);
+      }
+    }
+    float g = std::numeric_limits<float>::quiet_NaN(), u = 1.0f, out = 0.0f;
+    isa.table->silu_mul(&out, &g, &u, 1);
+    REQUIRE(std::isnan(out));
+  }
+}
+
+TEST_CASE("add, scale_add and dot_f32", "[kernels][elementwise]") {
+  for (const NamedTable &isa : available_tables()) {
+    for (size_t n : kSizes) {
+      INFO(isa.name << " n=" << n);
+      const std::vector<float> a = random_floats(n, 7), b = random_floats(n, 8);
+      std::vector<float> out(n);
+      isa.table->add(out.data(), a.data(), b.data(), n);
+      for (size_t i = 0; i < n; ++i) REQUIRE(out[i] == a[i] + b[i]);
+      std::vector<float> y = a;
+      isa.table->scale_add(y.data(), 0.37f, b.data(), n);
+      for (size_t i = 0; i < n; ++i) REQUIRE(std::fabs(y[i] - (a[i] + 0.37 * b[i])) <= 1e-6 * (std::fabs(a[i]) + std::fabs(0.37 * b[i])));
+      double ref = 0, mag = 0;
+      for (size_t i = 0; i < n; ++i) {
+        ref += double(a[i]) * b[i];
+        mag += std::fabs(double(a[i]) * b[i]);
+      }
+      REQUIRE(std::fabs(isa.table->dot_f32(a.data(), b.data(), n) - ref) <= 1e-5 * mag);
+    }
+  }
+}

@@ -1,0 +1,170 @@
+// tests/unit/thread_pool_test.cpp — the persistent pool: every task runs exactly once on the
+// thread the static partition names, back-to-back calls and sleeping workers both work,
+// exceptions come back to the caller, and a row-split matmul gives the same bits for every
+// thread count.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "core/util/thread_pool.h"
+#include "kernels/cpu/kernels.h"
+
+using colibri::util::ThreadPool;
+using colibri::util::ThreadPoolOptions;
+
+namespace {
+
+ThreadPoolOptions with_threads(size_t n, uint32_t spin_us = 1000) {
+  ThreadPoolOptions options;
+  options.thread_count = n;
+  options.spin_microseconds = spin_us;
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("parallel_for runs every task exactly once, on the thread the partition names", "[thread_pool]") {
+  for (size_t threads : {1, 2, 3, 4, 7}) {
+    ThreadPool pool(with_threads(threads));
+    REQUIRE(pool.thread_count() == threads);
+    for (size_t tasks : {0, 1, 2, 3, 5, 7, 8, 64, 1000}) {
+      INFO("threads=" << threads << " tasks=" << tasks);
+      std::vector<std::atomic<int>> runs(tasks);
+      std::vector<size_t> ran_on(tasks, ~size_t(0));
+      pool.parallel_for(tasks, [&](size_t task, size_t thread) {
+        runs[task].fetch_add(1);
+        ran_on[task] = thread;
+      });
+      for (size_t t = 0; t < tasks; ++t) {
+        REQUIRE(runs[t].load() == 1);
+        REQUIRE(ran_on[t] < threads);
+        REQUIRE(pool.partition_begin(tasks, ran_on[t]) <= t);
+        REQUIRE(t < pool.partition_begin(tasks, ran_on[t] + 1));
+      }
+      REQUIRE(pool.partition_begin(tasks, 0) == 0);
+      REQUIRE(pool.partition_begin(tasks, threads) == tasks);
+    }
+  }
+}
+
+TEST_CASE("thread index is exclusive: per-thread scratch needs no locking", "[thread_pool]") {
+  ThreadPool pool(with_threads(4));
+  std::vector<std::atomic<int>> inside(pool.thread_count());
+  std::atomic<bool> overlap{false};
+  for (int round = 0; round < 200; ++round) {
+    pool.parallel_for(37, [&](size_t, size_t thread) {
+      if (inside[thread].fetch_add(1) != 0) overlap = true;
+      inside[thread].fetch_sub(1);
+    });
+  }
+  REQUIRE_FALSE(overlap.load());
+}
+
+TEST_CASE("many back-to-back calls (the decode pattern) stay correct", "[thread_pool][stress]") {
+  // 3 threads on a 2-CPU machine also exercises the oversubscribed (yielding) path.
+  for (size_t threads : {2, 3}) {
+  ThreadPool pool(with_threads(threads));
+  std::vector<uint64_t> partial(64);
+  for (uint64_t round = 0; round < 5000; ++round) {
+    const size_t tasks = 1 + round % 64;
+    pool.parallel_for(tasks, [&](size_t task, size_t) { partial[task] = round * 1000 + task; });
+    uint64_t sum = 0;
+    for (size_t t = 0; t < tasks; ++t) sum += partial[t] - round * 1000;
+    REQUIRE(sum == tasks * (tasks - 1) / 2);
+  }
+  }
+}
+
+TEST_CASE("workers that went to sleep wake up for the next call", "[thread_pool]") {
+  ThreadPool pool(with_threads(4, /*spin_us=*/0));
+  for (int round = 0; round < 50; ++round) {
+    if (round % 10 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    std::atomic<int> count{0};
+    pool.parallel_for(100, [&](size_t, size_t) { count.fetch_add(1); });
+    REQUIRE(count.load() == 100);
+  }
+}
+
+TEST_CASE("an exception in a task reaches the caller after all threads stop", "[thread_pool]") {
+  for (size_t threads : {1, 2, 4}) {
+    ThreadPool pool(with_threads(threads));
+    std::atomic<int> finished{0};
+    REQUIRE_THROWS_AS(pool.parallel_for(40, [&](size_t task, size_t) {
+      if (task == 33) throw std::runtime_error("task 33 failed");
+      finished.fetch_add(1);
+    }), std::runtime_error);
+    // The pool is still usable.
+    std::atomic<int> count{0};
+    pool.parallel_for(40, [&](size_t, size_t) { count.fetch_add(1); });
+    REQUIRE(count.load() == 40);
+  }
+}
+
+TEST_CASE("calls from two outside threads are serialised, not interleaved", "[thread_pool]") {
+  ThreadPool pool(with_threads(3));
+  std::atomic<int> active{0};
+  std::atomic<bool> interleaved{false};
+  auto client = [&] {
+    for (int i = 0; i < 300; ++i) {
+      pool.parallel_for(9, [&](size_t task, size_t) {
+        if (task == 0 && active.fetch_add(1) != 0) interleaved = true;
+        if (task == 0) active.fetch_sub(1);
+      });
+    }
+  };
+  std::thread a(client), b(client);
+  a.join();
+  b.join();
+  REQUIRE_FALSE(interleaved.load());
+}
+
+TEST_CASE("a row-split matmul gives identical bits for every thread count", "[thread_pool][determinism]") {
+  using namespace colibri::kernels;
+  const KernelTable &k = default_kernel_table();
+  const size_t rows = 333, cols = 512, tokens = 5;
+  std::vector<uint16_t> w(rows * cols);
+  std::vector<float> x(tokens * cols);
+  uint32_t state = 12345;
+  auto next = [&] {
+    state = state * 1664525u + 1013904223u;
+    return (static_cast<float>(state >> 8) / 16777216.0f) - 0.5f;
+  };
+  for (uint16_t &v : w) v = f32_to_bf16_value(next());
+  for (float &v : x) v = next();
+  std::vector<float> reference;
+  for (size_t threads : {1, 2, 3, 4, 8}) {
+    ThreadPool pool(with_threads(threads));
+    for (size_t rows_per_task : {1, 16, 64}) {
+      std::vector<float> y(tokens * rows);
+      const size_t tasks = (rows + rows_per_task - 1) / rows_per_task;
+      for (auto fn : {k.matmul_rows, k.gemm_rows}) {
+        pool.parallel_for(tasks, [&](size_t task, size_t) {
+          const size_t r0 = task * rows_per_task, r1 = std::min(rows, r0 + rows_per_task);
+          fn(w.data(), DType::BF16, 0, cols, r0, r1, x.data(), tokens, y.data(), rows);
+        });
+        if (reference.empty()) reference = y;
+        REQUIRE(std::memcmp(y.data(), reference.data(), y.size() * sizeof(float)) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("construction and destruction with idle or sleeping workers", "[thread_pool]") {
+  for (int i = 0; i < 20; ++i) {
+    ThreadPool pool(with_threads(1 + i % 5, i % 2 ? 0 : 200));
+    if (i % 3 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ThreadPool automatic{ThreadPoolOptions{}};
+  REQUIRE(automatic.thread_count() >= 1);
+  ThreadPoolOptions pinned = with_threads(2);
+  pinned.pin_threads = true;
+  ThreadPool pinned_pool(pinned);
+  std::atomic<int> count{0};
+  pinned_pool.parallel_for(10, [&](size_t, size_t) { count.fetch_add(1); });
+  REQUIRE(count.load() == 10);
+}
