@@ -1,0 +1,208 @@
+// modeltool/convert/converter.cpp — the conversion, step by step: locate the checkpoint,
+// read and check config.json, map the tensors, build the metadata, stream the weights.
+#include "modeltool/convert/converter.h"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "colibri_version.h"
+#include "modeltool/convert/families.h"
+#include "modeltool/convert/safetensors.h"
+#include "modeltool/convert/source_files.h"
+#include "modeltool/convert/tensor_plan.h"
+#include "modeltool/convert/tensor_stream.h"
+#include "modeltool/convert/tokenizer_metadata.h"
+#include "image/writer.h"
+#include "model/tensor_names.h"
+#include "modeltool/cli_support.h"
+#include "util/atomic_file.h"
+#include "util/strings.h"
+
+namespace colibri::modeltool::convert {
+
+using nlohmann::json;
+using util::strprintf;
+
+namespace {
+
+// The checkpoint directory: `input` itself, or the directory of a file inside it
+// (users often point at model.safetensors or config.json).
+Error locate_checkpoint(const std::string &input, std::string *directory) {
+  struct stat st;
+  if (::stat(input.c_str(), &st) != 0) {
+    int e = errno;
+    return make_error(ErrorKind::Io, strprintf("checkpoint '%s': %s", input.c_str(), util::errno_text(e).c_str()));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    *directory = input;
+  } else {
+    std::string parent = std::filesystem::path(input).parent_path().string();
+    *directory = parent.empty() ? "." : parent;
+  }
+  return {};
+}
+
+Error check_options(const ConvertOptions &options) {
+  if (options.output.empty()) return make_error(ErrorKind::InvalidArgument, "no output path given");
+  if (options.group_size != 32 && options.group_size != 64)
+    return make_error(ErrorKind::InvalidArgument,
+                      strprintf("q8 group size %u is not supported (use 32 or 64)", options.group_size));
+  struct stat st;
+  if (::stat(options.output.c_str(), &st) == 0) {  // fail before the long part, not after it
+    if (S_ISDIR(st.st_mode))
+      return make_error(ErrorKind::InvalidArgument,
+                        strprintf("output '%s' is a directory; give a file path", options.output.c_str()));
+    if (!options.overwrite)
+      return make_error(ErrorKind::InvalidArgument,
+                        strprintf("output '%s' already exists; pass --force to overwrite it", options.output.c_str()));
+  }
+  return {};
+}
+
+Error check_output_is_not_an_input(const std::string &output, const std::vector<std::string> &inputs) {
+  for (const std::string &input : inputs)
+    if (util::same_file(output, input))
+      return make_error(ErrorKind::InvalidArgument,
+                        strprintf("output '%s' is the same file as the input '%s'; choose another output path",
+                                  output.c_str(), input.c_str()));
+  return {};
+}
+
+// The original Colibri header fields, from the first MoE layer.
+image::ModelHeaderFields header_fields(const model::ModelConfig &config, const TensorPlan &plan) {
+  image::ModelHeaderFields fields;
+  fields.hidden_size = config.hidden_size;
+  fields.layer_count = config.layer_count;
+  for (uint64_t layer = 0; layer < config.layer_count; ++layer) {
+    if (!config.layer_is_moe[layer]) continue;
+    fields.expert_count = config.expert_count;
+    fields.ffn_hidden_size = config.expert_ffn_size;
+    fields.top_k = config.top_k;
+    fields.gate_tensor_name = model::names::layer_tensor(layer, model::names::kRouter);
+    for (const char *role : {model::names::kExpertsGate, model::names::kExpertsUp, model::names::kExpertsDown}) {
+      std::string name = model::names::layer_tensor(layer, role);
+      for (const PlannedTensor &t : plan.tensors) {
+        if (t.spec.name != name) continue;
+        uint64_t bytes = 0;
+        image::tensor_data_bytes(t.spec.dtype, t.spec.group_size, static_cast<uint32_t>(t.spec.shape.size()),
+                                 t.spec.shape.data(), &bytes);
+        fields.expert_size_bytes += bytes / config.expert_count;
+      }
+    }
+    break;
+  }
+  return fields;
+}
+
+json provenance(const TensorPlan &plan, const SourceFiles &files) {
+  return {{"converter", std::string("colibri-model ") + COLIBRI_PROJECT_VERSION_STRING},
+          {"source_format", "huggingface-safetensors"},
+          {"source_dtypes", plan.source_dtypes},
+          {"sources", files.provenance()}};
+}
+
+Error write_image(const ConvertOptions &options, const image::ModelHeaderFields &fields, const TensorPlan &plan,
+                  const SafetensorsCheckpoint &checkpoint, const std::string &metadata, ConvertReport *report) {
+  std::vector<image::TensorSpec> specs;
+  uint64_t total_bytes = 0;
+  for (const PlannedTensor &t : plan.tensors) {
+    specs.push_back(t.spec);
+    total_bytes += t.source_bytes();
+  }
+  image::WriterOptions writer_options;
+  writer_options.alignment = options.alignment;
+  writer_options.overwrite = options.overwrite;
+  image::ImageWriter writer;
+  if (Error e = writer.begin(options.output, writer_options, fields, std::move(specs), metadata)) return e;
+
+  // The bar draws only on a terminal (Progress checks isatty(2)).
+  std::optional<Progress> progress;
+  if (options.progress) progress.emplace("convert", total_bytes);
+  const size_t count = plan.tensors.size();
+  auto show = [&](size_t done_tensors, uint64_t done_bytes) {
+    if (progress) progress->update(done_bytes, strprintf("%zu/%zu tensors", done_tensors, count));
+  };
+  TensorStreamer streamer;
+  uint64_t done_bytes = 0;
+  for (size_t i = 0; i < count; ++i) {
+    auto on_progress = [&](uint64_t bytes) { show(i, done_bytes += bytes); };
+    if (Error e = streamer.write(checkpoint, plan.tensors[i], &writer, on_progress)) {
+      if (progress) progress->finish();  // end the bar's line before the error message
+      return e;
+    }
+  }
+  show(count, done_bytes);
+  if (progress) progress->finish();
+  if (Error e = writer.finish()) return e;
+  report->source_bytes = total_bytes;
+  return {};
+}
+
+}  // namespace
+
+Error convert_checkpoint(const ConvertOptions &options, ConvertReport *report) {
+  const auto start = std::chrono::steady_clock::now();
+  *report = ConvertReport{};
+  if (Error e = check_options(options)) return e;
+  std::string directory;
+  if (Error e = locate_checkpoint(options.input, &directory)) return e;
+  SourceFiles files(directory);
+
+  // 1. Hyper-parameters.
+  json config;
+  bool present = false;
+  if (Error e = files.read_json("config.json", &config, &present)) return e;
+  if (!present)
+    return make_error(ErrorKind::Io, strprintf("'%s' has no config.json: give the Hugging Face model directory "
+                                               "(config.json, tokenizer.json and the *.safetensors files)",
+                                               directory.c_str()));
+  const FamilyInfo *family = nullptr;
+  model::ModelConfig model_config;
+  if (Error e = read_hf_config(config, &family, &model_config)) return e;
+
+  // 2. Tensors: map and check them all before writing anything.
+  SafetensorsCheckpoint checkpoint;
+  if (Error e = SafetensorsCheckpoint::open(directory, &checkpoint)) return e;
+  TensorPlan plan;
+  if (Error e = plan_tensors(*family, model_config, checkpoint, &plan)) return e;
+  const image::DType dtype = options.dtype.value_or(default_dtype(plan));
+  assign_dtypes(&plan, dtype, options.group_size);
+
+  // 3. Tokenizer, then provenance of every file read (the shards are hashed last: slowest).
+  json tokenizer;
+  if (Error e = build_tokenizer_metadata(&files, config, &tokenizer)) return e;
+  std::vector<std::string> inputs = files.paths();
+  for (const auto &shard : checkpoint.shards()) inputs.push_back(shard.get()->path());
+  if (!checkpoint.index_file().empty()) inputs.push_back(files.path(checkpoint.index_file()));
+  if (Error e = check_output_is_not_an_input(options.output, inputs)) return e;
+  if (!checkpoint.index_file().empty())
+    if (Error e = files.record(checkpoint.index_file())) return e;
+  for (const auto &shard : checkpoint.shards())
+    if (Error e = files.record(shard->name())) return e;
+
+  json metadata = {{"colibri_format", kMetadataFormat},
+                   {"model", model_config.to_json()},
+                   {"tokenizer", std::move(tokenizer)},
+                   {"provenance", provenance(plan, files)}};
+  std::string metadata_text = metadata.dump(-1, ' ', false, json::error_handler_t::replace);
+
+  // 4. Weights.
+  if (Error e = write_image(options, header_fields(model_config, plan), plan, checkpoint, metadata_text, report))
+    return e;
+
+  struct stat st;
+  report->image_bytes = ::stat(options.output.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  report->architecture = model_config.hf_architecture;
+  report->dtype = dtype;
+  report->tensor_count = plan.tensors.size();
+  report->ignored = plan.ignored;
+  report->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return {};
+}
+
+}  // namespace colibri::modeltool::convert

@@ -1,0 +1,310 @@
+// modeltool/convert/families.cpp — the family table and the config.json reader.
+#include "modeltool/convert/families.h"
+
+#include <algorithm>
+#include <iterator>
+#include <set>
+
+#include "util/strings.h"
+
+namespace colibri::modeltool::convert {
+
+using util::strprintf;
+
+namespace {
+
+// Defaults: transformers 5 configuration_<family>.py (Mixtral: default_theta 1e6,
+// max_position_embeddings 4096 * 32; the Qwen configs 32768; OLMoE 4096).
+constexpr FamilyInfo kFamilies[] = {
+    {model::kFamilyMixtral, "MixtralForCausalLM", "mixtral",
+     /*expert_ffn_key=*/"intermediate_size", /*dense_ffn_key=*/nullptr, /*sparse_step_layers=*/false,
+     /*renormalise_always=*/true, /*shared_expert=*/false, /*qkv_bias_key=*/nullptr, /*o_bias_key=*/false,
+     /*qk_norm=*/"none", /*clip_qkv=*/false,
+     /*rope_theta=*/1e6, /*rms_norm_eps=*/1e-5, /*max_positions=*/131072,
+     "block_sparse_moe", {"w1", "w3", "w2"}},
+    {model::kFamilyQwen2Moe, "Qwen2MoeForCausalLM", "qwen2_moe",
+     "moe_intermediate_size", "intermediate_size", true,
+     false, true, "qkv_bias", false,
+     "none", false,
+     1e4, 1e-6, 32768,
+     "mlp", {"gate_proj", "up_proj", "down_proj"}},
+    {model::kFamilyQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe",
+     "moe_intermediate_size", "intermediate_size", true,
+     false, false, nullptr, true,
+     "per_head", false,
+     1e4, 1e-6, 32768,
+     "mlp", {"gate_proj", "up_proj", "down_proj"}},
+    {model::kFamilyOlmoe, "OlmoeForCausalLM", "olmoe",
+     "intermediate_size", nullptr, false,
+     false, false, nullptr, true,
+     "full", true,
+     1e4, 1e-5, 4096,
+     "mlp", {"gate_proj", "up_proj", "down_proj"}},
+};
+
+Error unsupported(const std::string &what) {
+  return make_error(ErrorKind::Unsupported, "config.json: " + what + " is not supported yet");
+}
+
+// Typed access to config.json that remembers the first problem, so the reader below can
+// list the keys it needs without an error check after each one.
+class ConfigReader {
+ public:
+  explicit ConfigReader(const nlohmann::json &config) : config_(config) {}
+
+  const Error &error() const { return error_; }
+  bool has(const char *key) const { return value(key) != nullptr; }
+  const nlohmann::json *value(const char *key) const {
+    auto it = config_.find(key);
+    return it == config_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  uint64_t required_uint(const char *key) {
+    if (!has(key)) {
+      fail(strprintf("config.json has no '%s'", key));
+      return 0;
+    }
+    return optional_uint(key, 0);
+  }
+  uint64_t optional_uint(const char *key, uint64_t fallback) {
+    const nlohmann::json *v = value(key);
+    if (!v) return fallback;
+    if (v->is_number_unsigned()) return v->get<uint64_t>();
+    if (v->is_number_integer() && v->get<int64_t>() >= 0) return static_cast<uint64_t>(v->get<int64_t>());
+    fail(strprintf("config.json: '%s' must be a non-negative integer, got %s", key, v->dump().c_str()));
+    return fallback;
+  }
+  double optional_number(const char *key, double fallback) {
+    const nlohmann::json *v = value(key);
+    if (!v) return fallback;
+    if (v->is_number()) return v->get<double>();
+    fail(strprintf("config.json: '%s' must be a number, got %s", key, v->dump().c_str()));
+    return fallback;
+  }
+  bool optional_bool(const char *key, bool fallback) {
+    const nlohmann::json *v = value(key);
+    if (!v) return fallback;
+    if (v->is_boolean()) return v->get<bool>();
+    fail(strprintf("config.json: '%s' must be true or false, got %s", key, v->dump().c_str()));
+    return fallback;
+  }
+  std::string optional_string(const char *key, const std::string &fallback) {
+    const nlohmann::json *v = value(key);
+    if (!v) return fallback;
+    if (v->is_string()) return v->get<std::string>();
+    fail(strprintf("config.json: '%s' must be a string, got %s", key, v->dump().c_str()));
+    return fallback;
+  }
+  std::vector<uint64_t> optional_uint_list(const char *key) {
+    std::vector<uint64_t> out;
+    const nlohmann::json *v = value(key);
+    if (!v) return out;
+    bool ok = v->is_array();
+    if (ok)
+      for (const auto &item : *v) {
+        if (!item.is_number_unsigned() && !(item.is_number_integer() && item.get<int64_t>() >= 0)) ok = false;
+        else out.push_back(item.get<uint64_t>());
+      }
+    if (!ok) fail(strprintf("config.json: '%s' must be a list of non-negative integers", key));
+    return out;
+  }
+  void fail(std::string message) {
+    if (!error_) error_ = make_error(ErrorKind::Corrupt, std::move(message));
+  }
+
+ private:
+  const nlohmann::json &config_;
+  Error error_;
+};
+
+Error identify_family(const nlohmann::json &config, const FamilyInfo **family, std::string *architecture) {
+  std::vector<std::string> named;
+  auto architectures = config.find("architectures");
+  if (architectures != config.end() && architectures->is_array())
+    for (const auto &a : *architectures)
+      if (a.is_string()) named.push_back(a.get<std::string>());
+  for (const std::string &a : named)
+    if ((*family = find_family(a))) {
+      *architecture = a;
+      return {};
+    }
+  std::string model_type;
+  auto type = config.find("model_type");
+  if (type != config.end() && type->is_string()) model_type = type->get<std::string>();
+  if (named.empty())
+    for (const FamilyInfo &f : kFamilies)
+      if (model_type == f.model_type) {
+        *family = &f;
+        *architecture = f.architecture;
+        return {};
+      }
+  std::string what = !named.empty()      ? "architecture '" + named.front() + "'"
+                     : !model_type.empty() ? "model_type '" + model_type + "'"
+                                           : std::string("a model without 'architectures' or 'model_type'");
+  return make_error(ErrorKind::Unsupported, strprintf("config.json describes %s, which the converter does not support "
+                                                      "(supported: %s)",
+                                                      what.c_str(), supported_architectures().c_str()));
+}
+
+// RoPE: plain rotary embeddings only. transformers 4 writes rope_theta / rope_scaling at the
+// top level; transformers 5 writes rope_parameters {rope_type, rope_theta, ...}.
+Error read_rope(ConfigReader &reader, const FamilyInfo &family, double *theta) {
+  auto rope_type = [](const nlohmann::json &o) {
+    for (const char *key : {"rope_type", "type"}) {
+      auto it = o.find(key);
+      if (it != o.end() && it->is_string()) return it->get<std::string>();
+    }
+    return std::string("default");
+  };
+  if (const nlohmann::json *scaling = reader.value("rope_scaling")) {
+    if (!scaling->is_object() || rope_type(*scaling) != "default")
+      return unsupported("rope_scaling " + scaling->dump() + " (scaled RoPE)");
+  }
+  *theta = family.default_rope_theta;
+  if (const nlohmann::json *parameters = reader.value("rope_parameters")) {
+    if (!parameters->is_object() || rope_type(*parameters) != "default")
+      return unsupported("rope_parameters " + parameters->dump() + " (scaled or per-layer RoPE)");
+    auto factor = parameters->find("partial_rotary_factor");
+    if (factor != parameters->end() && !(factor->is_number() && factor->get<double>() == 1.0))
+      return unsupported("partial_rotary_factor " + factor->dump() + " (partial RoPE)");
+    auto t = parameters->find("rope_theta");
+    if (t != parameters->end()) {
+      if (!t->is_number()) return make_error(ErrorKind::Corrupt, "config.json: rope_parameters.rope_theta is not a number");
+      *theta = t->get<double>();
+    }
+  }
+  *theta = reader.optional_number("rope_theta", *theta);
+  if (reader.has("partial_rotary_factor") && reader.optional_number("partial_rotary_factor", 1.0) != 1.0)
+    return unsupported("partial_rotary_factor " + reader.value("partial_rotary_factor")->dump() + " (partial RoPE)");
+  return {};
+}
+
+// Sliding-window attention: Qwen configs carry use_sliding_window (the window size is then
+// irrelevant unless it is true); Mixtral carries only sliding_window, often null.
+Error check_sliding_window(ConfigReader &reader, uint64_t max_positions) {
+  if (reader.has("use_sliding_window")) {
+    if (reader.optional_bool("use_sliding_window", false)) return unsupported("use_sliding_window true (sliding-window attention)");
+  } else if (reader.has("sliding_window")) {
+    uint64_t window = reader.optional_uint("sliding_window", 0);
+    if (window > 0 && window < max_positions)
+      return unsupported(strprintf("sliding_window %llu, smaller than max_position_embeddings %llu (sliding-window "
+                                   "attention)",
+                                   static_cast<unsigned long long>(window),
+                                   static_cast<unsigned long long>(max_positions)));
+  }
+  if (const nlohmann::json *types = reader.value("layer_types"); types && types->is_array())
+    for (const auto &t : *types)
+      if (t.is_string() && t.get<std::string>() != "full_attention")
+        return unsupported("layer_types entry '" + t.get<std::string>() + "' (only full_attention)");
+  return {};
+}
+
+Error check_unsupported_features(ConfigReader &reader, const FamilyInfo &family) {
+  if (const nlohmann::json *quant = reader.value("quantization_config")) {
+    std::string method = "unknown";
+    if (quant->is_object() && quant->contains("quant_method") && (*quant)["quant_method"].is_string())
+      method = (*quant)["quant_method"].get<std::string>();
+    return make_error(ErrorKind::Unsupported,
+                      "config.json: quantization_config (quant_method '" + method +
+                          "'): quantized checkpoints are not supported yet; convert the original f32/f16/bf16 "
+                          "checkpoint and use --dtype q8");
+  }
+  std::string act = reader.optional_string("hidden_act", "silu");
+  if (act != "silu") return unsupported("hidden_act '" + act + "' (experts use SiLU / SwiGLU)");
+  if (family.o_bias_key && reader.optional_bool("attention_bias", false))
+    return unsupported("attention_bias true (biases on q/k/v/o_proj) for " + std::string(family.architecture));
+  return reader.error();
+}
+
+}  // namespace
+
+const FamilyInfo *find_family(const std::string &architecture) {
+  for (const FamilyInfo &f : kFamilies)
+    if (architecture == f.architecture) return &f;
+  return nullptr;
+}
+
+std::string supported_architectures() {
+  std::string out;
+  for (const FamilyInfo &f : kFamilies) out += (out.empty() ? "" : ", ") + std::string(f.architecture);
+  return out;
+}
+
+Error read_hf_config(const nlohmann::json &config, const FamilyInfo **family_out, model::ModelConfig *out) {
+  if (!config.is_object()) return make_error(ErrorKind::Corrupt, "config.json is not a JSON object");
+  const FamilyInfo *family = nullptr;
+  model::ModelConfig c;
+  if (Error e = identify_family(config, &family, &c.hf_architecture)) return e;
+  c.family = family->family;
+
+  ConfigReader reader(config);
+  if (Error e = check_unsupported_features(reader, *family)) return e;
+
+  // Shared transformer shape.
+  c.vocab_size = reader.required_uint("vocab_size");
+  c.hidden_size = reader.required_uint("hidden_size");
+  c.layer_count = reader.required_uint("num_hidden_layers");
+  c.head_count = reader.required_uint("num_attention_heads");
+  c.kv_head_count = reader.optional_uint("num_key_value_heads", c.head_count);
+  c.head_dim = reader.optional_uint("head_dim", 0);  // null or absent: hidden / heads
+  c.max_position_embeddings = reader.optional_uint("max_position_embeddings", family->default_max_positions);
+  c.rms_norm_eps = reader.optional_number("rms_norm_eps", family->default_rms_norm_eps);
+  c.tie_word_embeddings = reader.optional_bool("tie_word_embeddings", false);
+  if (reader.error()) return reader.error();
+  if (c.head_dim == 0) {
+    if (c.head_count == 0 || c.hidden_size % c.head_count != 0)
+      return make_error(ErrorKind::Corrupt, strprintf("config.json: hidden_size %llu is not a multiple of "
+                                                      "num_attention_heads %llu and head_dim is not given",
+                                                      static_cast<unsigned long long>(c.hidden_size),
+                                                      static_cast<unsigned long long>(c.head_count)));
+    c.head_dim = c.hidden_size / c.head_count;
+  }
+  if (Error e = read_rope(reader, *family, &c.rope_theta)) return e;
+  if (Error e = check_sliding_window(reader, c.max_position_embeddings)) return e;
+
+  // Attention extras.
+  c.attention_bias = family->qkv_bias_key ? reader.optional_bool(family->qkv_bias_key, true) : false;
+  c.qk_norm = family->qk_norm;
+  c.clip_qkv = family->clip_qkv ? reader.optional_number("clip_qkv", 0.0) : 0.0;
+
+  // Mixture of experts and the dense/MoE layer pattern.
+  c.expert_count = reader.has("num_experts") ? reader.optional_uint("num_experts", 0)
+                                             : reader.required_uint("num_local_experts");
+  if (c.expert_count > 0) {
+    c.top_k = reader.required_uint("num_experts_per_tok");
+    c.expert_ffn_size = reader.required_uint(family->expert_ffn_key);
+  }
+  c.router_score = "softmax";
+  c.norm_topk_prob = family->renormalise_always || reader.optional_bool("norm_topk_prob", false);
+  c.layer_is_moe.assign(c.layer_count, c.expert_count > 0 ? 1 : 0);
+  if (family->sparse_step_layers) {
+    std::vector<uint64_t> mlp_only = reader.optional_uint_list("mlp_only_layers");
+    uint64_t step = reader.optional_uint("decoder_sparse_step", 1);
+    if (step == 0) reader.fail("config.json: decoder_sparse_step must be at least 1");
+    for (uint64_t i = 0; i < c.layer_count && step > 0; ++i) {
+      bool dense = std::find(mlp_only.begin(), mlp_only.end(), i) != mlp_only.end() || (i + 1) % step != 0;
+      if (dense) c.layer_is_moe[i] = 0;
+    }
+  }
+  if (family->dense_ffn_key && std::count(c.layer_is_moe.begin(), c.layer_is_moe.end(), 0) > 0)
+    c.dense_ffn_size = reader.required_uint(family->dense_ffn_key);
+  if (family->shared_expert && c.expert_count > 0) {
+    c.shared_expert_ffn_size = reader.required_uint("shared_expert_intermediate_size");
+    c.shared_expert_gate = c.shared_expert_ffn_size > 0;
+  }
+  if (reader.error()) return reader.error();
+
+  // The engine's own consistency rules (ModelConfig::from_json) apply to what we write.
+  model::ModelConfig checked;
+  if (Error e = model::ModelConfig::from_json(c.to_json(), &checked)) {
+    std::string message = e.message;
+    const std::string prefix = "model metadata: ";
+    if (message.rfind(prefix, 0) == 0) message = message.substr(prefix.size());
+    return make_error(e.kind, "config.json describes an inconsistent model: " + message);
+  }
+  *family_out = family;
+  *out = std::move(c);
+  return {};
+}
+
+}  // namespace colibri::modeltool::convert

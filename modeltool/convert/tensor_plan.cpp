@@ -1,0 +1,208 @@
+// modeltool/convert/tensor_plan.cpp — the Hugging Face -> image tensor mapping and the
+// checkpoint checks that go with it.
+#include "modeltool/convert/tensor_plan.h"
+
+#include <algorithm>
+#include <set>
+#include <unordered_set>
+
+#include "model/tensor_names.h"
+#include "util/strings.h"
+
+namespace colibri::modeltool::convert {
+
+namespace names = model::names;
+using util::strprintf;
+
+namespace {
+
+// One image tensor and the checkpoint tensors it is made of, before lookup.
+struct Wanted {
+  std::string image_name;
+  std::vector<uint64_t> image_shape;
+  std::vector<std::string> source_names;  // one, or one per expert
+  std::vector<uint64_t> source_shape;     // shape of each source
+};
+
+// Collects the wanted tensors of one model, in image order.
+class MappingBuilder {
+ public:
+  void single(std::string image_name, std::string source, std::vector<uint64_t> shape) {
+    wanted_.push_back({std::move(image_name), shape, {std::move(source)}, shape});
+  }
+  void stacked(std::string image_name, std::vector<std::string> sources, std::vector<uint64_t> per_source_shape) {
+    std::vector<uint64_t> shape = per_source_shape;
+    shape.insert(shape.begin(), sources.size());
+    wanted_.push_back({std::move(image_name), std::move(shape), std::move(sources), std::move(per_source_shape)});
+  }
+  std::vector<Wanted> take() { return std::move(wanted_); }
+
+ private:
+  std::vector<Wanted> wanted_;
+};
+
+// The tensors `config` implies, with the names `family`'s checkpoints use (transformers
+// modeling_<family>.py module paths + ".weight" / ".bias").
+std::vector<Wanted> wanted_tensors(const FamilyInfo &family, const model::ModelConfig &c) {
+  const uint64_t hidden = c.hidden_size, q_dim = c.head_count * c.head_dim, kv_dim = c.kv_head_count * c.head_dim;
+  MappingBuilder m;
+  m.single(names::kTokenEmbedding, "model.embed_tokens.weight", {c.vocab_size, hidden});
+  for (uint64_t i = 0; i < c.layer_count; ++i) {
+    const std::string hf = "model.layers." + std::to_string(i) + ".";
+    auto blk = [i](const char *role) { return names::layer_tensor(i, role); };
+
+    m.single(blk(names::kAttnNorm), hf + "input_layernorm.weight", {hidden});
+    m.single(blk(names::kAttnQ), hf + "self_attn.q_proj.weight", {q_dim, hidden});
+    m.single(blk(names::kAttnK), hf + "self_attn.k_proj.weight", {kv_dim, hidden});
+    m.single(blk(names::kAttnV), hf + "self_attn.v_proj.weight", {kv_dim, hidden});
+    m.single(blk(names::kAttnOutput), hf + "self_attn.o_proj.weight", {hidden, q_dim});
+    if (c.attention_bias) {
+      m.single(blk(names::kAttnQBias), hf + "self_attn.q_proj.bias", {q_dim});
+      m.single(blk(names::kAttnKBias), hf + "self_attn.k_proj.bias", {kv_dim});
+      m.single(blk(names::kAttnVBias), hf + "self_attn.v_proj.bias", {kv_dim});
+    }
+    if (c.qk_norm != "none") {
+      bool per_head = c.qk_norm == "per_head";  // Qwen3: [head_dim] shared by heads; OLMoE: whole projection
+      m.single(blk(names::kAttnQNorm), hf + "self_attn.q_norm.weight", {per_head ? c.head_dim : q_dim});
+      m.single(blk(names::kAttnKNorm), hf + "self_attn.k_norm.weight", {per_head ? c.head_dim : kv_dim});
+    }
+    m.single(blk(names::kFfnNorm), hf + "post_attention_layernorm.weight", {hidden});
+
+    if (c.layer_is_moe[i]) {
+      const std::string moe = hf + family.moe_block + ".";
+      const uint64_t ffn = c.expert_ffn_size;
+      m.single(blk(names::kRouter), moe + "gate.weight", {c.expert_count, hidden});
+      const char *roles[3] = {names::kExpertsGate, names::kExpertsUp, names::kExpertsDown};
+      for (int p = 0; p < 3; ++p) {
+        std::vector<std::string> sources;
+        for (uint64_t e = 0; e < c.expert_count; ++e)
+          sources.push_back(moe + "experts." + std::to_string(e) + "." + family.expert_projection[p] + ".weight");
+        bool down = p == 2;
+        m.stacked(blk(roles[p]), std::move(sources), down ? std::vector<uint64_t>{hidden, ffn} : std::vector<uint64_t>{ffn, hidden});
+      }
+      if (c.shared_expert_ffn_size > 0) {
+        const uint64_t shared = c.shared_expert_ffn_size;
+        m.single(blk(names::kSharedGate), moe + "shared_expert.gate_proj.weight", {shared, hidden});
+        m.single(blk(names::kSharedUp), moe + "shared_expert.up_proj.weight", {shared, hidden});
+        m.single(blk(names::kSharedDown), moe + "shared_expert.down_proj.weight", {hidden, shared});
+        if (c.shared_expert_gate) m.single(blk(names::kSharedExpertGate), moe + "shared_expert_gate.weight", {1, hidden});
+      }
+    } else {
+      const uint64_t ffn = c.dense_ffn_size;
+      m.single(blk(names::kDenseGate), hf + "mlp.gate_proj.weight", {ffn, hidden});
+      m.single(blk(names::kDenseUp), hf + "mlp.up_proj.weight", {ffn, hidden});
+      m.single(blk(names::kDenseDown), hf + "mlp.down_proj.weight", {hidden, ffn});
+    }
+  }
+  m.single(names::kOutputNorm, "model.norm.weight", {hidden});
+  if (!c.tie_word_embeddings) m.single(names::kOutput, "lm_head.weight", {c.vocab_size, hidden});
+  return m.take();
+}
+
+// Tensors a checkpoint may hold that the image deliberately does not need.
+bool ignorable(const std::string &name, const model::ModelConfig &c) {
+  if (name.ends_with(".rotary_emb.inv_freq")) return true;  // recomputed from rope_theta (old checkpoints)
+  if (c.tie_word_embeddings && name == "lm_head.weight") return true;  // transformers ties it to embed_tokens
+  return false;
+}
+
+// "'a', 'b', 'c' and 4 more" (items come quoted)
+std::string name_list(const std::vector<std::string> &items) {
+  constexpr size_t kShown = 5;
+  std::string out;
+  for (size_t i = 0; i < items.size() && i < kShown; ++i) out += (i ? ", " : "") + items[i];
+  if (items.size() > kShown) out += strprintf(" and %zu more", items.size() - kShown);
+  return out;
+}
+
+}  // namespace
+
+uint64_t PlannedTensor::source_bytes() const {
+  uint64_t total = 0;
+  for (const SafetensorsTensor *s : sources) total += s->byte_size();
+  return total;
+}
+
+bool source_float_dtype(const std::string &dtype, image::DType *out) {
+  if (dtype == "F32") *out = image::DType::F32;
+  else if (dtype == "F16") *out = image::DType::F16;
+  else if (dtype == "BF16") *out = image::DType::BF16;
+  else return false;
+  return true;
+}
+
+Error plan_tensors(const FamilyInfo &family, const model::ModelConfig &config, const SafetensorsCheckpoint &checkpoint,
+                   TensorPlan *plan) {
+  *plan = TensorPlan{};
+  std::vector<Wanted> wanted = wanted_tensors(family, config);
+
+  std::vector<std::string> missing;
+  for (const Wanted &w : wanted)
+    for (const std::string &source : w.source_names)
+      if (!checkpoint.find(source))
+        missing.push_back("'" + source + "'");
+  if (!missing.empty())
+    return make_error(ErrorKind::Corrupt,
+                      strprintf("the checkpoint is missing tensor%s %s, which config.json (%s) needs; check that "
+                                "config.json belongs to this checkpoint and that no shard is incomplete",
+                                missing.size() > 1 ? "s" : "", name_list(missing).c_str(), family.architecture));
+
+  std::unordered_set<std::string> used;
+  std::set<std::string> dtypes;
+  for (const Wanted &w : wanted) {
+    PlannedTensor planned;
+    planned.spec.name = w.image_name;
+    planned.spec.shape = w.image_shape;
+    for (const std::string &source : w.source_names) {
+      const SafetensorsTensor *t = checkpoint.find(source);
+      const std::string &shard = checkpoint.shards()[t->shard]->name();
+      if (t->shape != w.source_shape)
+        return make_error(ErrorKind::Corrupt,
+                          strprintf("tensor '%s' in '%s' has shape %s, expected %s (for %s, from config.json); check "
+                                    "that config.json belongs to this checkpoint",
+                                    source.c_str(), shard.c_str(), shape_string(t->shape).c_str(),
+                                    shape_string(w.source_shape).c_str(), w.image_name.c_str()));
+      image::DType decoded;
+      if (!source_float_dtype(t->dtype, &decoded))
+        return make_error(ErrorKind::Unsupported,
+                          strprintf("tensor '%s' in '%s' has dtype %s, which is not supported yet (supported source "
+                                    "dtypes: F32, F16, BF16); convert from the original floating-point checkpoint",
+                                    source.c_str(), shard.c_str(), t->dtype.c_str()));
+      dtypes.insert(image::dtype_name(decoded));  // "f32", "f16", "bf16", as docs/format.md shows them
+      used.insert(source);
+      planned.sources.push_back(t);
+    }
+    plan->tensors.push_back(std::move(planned));
+  }
+
+  std::vector<std::string> extra;
+  for (const SafetensorsTensor &t : checkpoint.tensors()) {
+    if (used.count(t.name)) continue;
+    if (ignorable(t.name, config)) plan->ignored.push_back(t.name);
+    else extra.push_back("'" + t.name + "' " + shape_string(t.shape) + " " + t.dtype);
+  }
+  if (!extra.empty())
+    return make_error(ErrorKind::Corrupt,
+                      strprintf("the checkpoint has unexpected tensor%s %s, which config.json (%s) does not use; "
+                                "check that config.json belongs to this checkpoint",
+                                extra.size() > 1 ? "s" : "", name_list(extra).c_str(), family.architecture));
+  plan->source_dtypes.assign(dtypes.begin(), dtypes.end());
+  return {};
+}
+
+image::DType default_dtype(const TensorPlan &plan) {
+  image::DType dtype = image::DType::F16;
+  if (plan.source_dtypes.size() == 1 && image::dtype_from_name(plan.source_dtypes.front().c_str(), &dtype)) return dtype;
+  return image::DType::F16;
+}
+
+void assign_dtypes(TensorPlan *plan, image::DType requested, uint32_t group_size) {
+  for (PlannedTensor &t : plan->tensors) {
+    const std::vector<uint64_t> &shape = t.spec.shape;
+    t.spec.dtype = names::storage_dtype(t.spec.name, static_cast<uint32_t>(shape.size()), shape.back(), requested,
+                                        group_size);
+    t.spec.group_size = t.spec.dtype == image::DType::Q8 ? group_size : 0;
+  }
+}
+
+}  // namespace colibri::modeltool::convert

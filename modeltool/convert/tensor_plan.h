@@ -1,0 +1,51 @@
+// modeltool/convert/tensor_plan.h — which checkpoint tensors become which image tensors.
+//
+// The plan lists the image's tensors in write order (token_embd, then each layer, then
+// output_norm and output), each with its checkpoint source(s): one tensor, or one per
+// expert for the stacked [experts, out, in] projections (expert-major: expert 0's rows,
+// then expert 1's, ...). Building it checks the checkpoint against config.json before a
+// byte is written: every expected tensor present with the expected shape and a supported
+// dtype, and no tensor left over.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "modeltool/convert/families.h"
+#include "modeltool/convert/safetensors.h"
+#include "image/writer.h"
+#include "model/config.h"
+
+namespace colibri::modeltool::convert {
+
+struct PlannedTensor {
+  image::TensorSpec spec;                          // name, shape and (after assign_dtypes) dtype in the image
+  std::vector<const SafetensorsTensor *> sources;  // in stacking order; each has shape spec.shape minus a
+                                                   // leading expert dimension when there are several
+  uint64_t source_bytes() const;
+};
+
+struct TensorPlan {
+  std::vector<PlannedTensor> tensors;       // image order
+  std::vector<std::string> ignored;         // checkpoint tensors left out on purpose (tied lm_head, inv_freq)
+  std::vector<std::string> source_dtypes;   // sorted, unique dtypes of the sources, as image dtype names ("bf16")
+};
+
+// Maps `checkpoint` onto the image tensors `config` implies, using `family`'s names.
+// Errors name the tensor: missing, wrong shape (expected vs found), unsupported dtype,
+// unexpected extra tensors.
+Error plan_tensors(const FamilyInfo &family, const model::ModelConfig &config, const SafetensorsCheckpoint &checkpoint,
+                   TensorPlan *plan);
+
+// The --dtype default: the sources' float type when they all share one, else f16.
+image::DType default_dtype(const TensorPlan &plan);
+
+// Sets every tensor's stored dtype for the requested one (model::names::storage_dtype:
+// norms, biases and routers stay f32; q8 falls back where the row length does not divide).
+void assign_dtypes(TensorPlan *plan, image::DType requested, uint32_t group_size);
+
+// The image dtype a supported safetensors dtype decodes from (F32, F16, BF16); false otherwise.
+bool source_float_dtype(const std::string &safetensors_dtype, image::DType *out);
+
+}  // namespace colibri::modeltool::convert

@@ -1,0 +1,54 @@
+// modeltool/convert/tensor_stream.cpp — chunked decode/encode of one tensor.
+#include "modeltool/convert/tensor_stream.h"
+
+#include <algorithm>
+
+#include "image/dtype_convert.h"
+#include "util/strings.h"
+
+namespace colibri::modeltool::convert {
+
+Error TensorStreamer::write(const SafetensorsCheckpoint &checkpoint, const PlannedTensor &tensor,
+                            image::ImageWriter *writer, const std::function<void(uint64_t)> &on_progress) {
+  const image::DType stored = tensor.spec.dtype;
+  const uint32_t group = tensor.spec.group_size;
+  const uint64_t cols = tensor.spec.shape.back();  // rows run along the last dimension (q8 groups too)
+
+  for (const SafetensorsTensor *source : tensor.sources) {
+    image::DType decoded;
+    if (!source_float_dtype(source->dtype, &decoded))  // plan_tensors refused these already
+      return make_error(ErrorKind::Internal, "unplanned source dtype " + source->dtype);
+    const uint64_t source_row_bytes = image::row_bytes(decoded, 0, cols);
+    const uint64_t rows = source->byte_size() / source_row_bytes;
+    const uint64_t rows_per_chunk = std::max<uint64_t>(1, kChunkSourceBytes / source_row_bytes);
+    const unsigned char *base = checkpoint.data(*source);
+
+    for (uint64_t row = 0; row < rows; row += rows_per_chunk) {
+      const uint64_t n = std::min(rows_per_chunk, rows - row);
+      const unsigned char *chunk = base + row * source_row_bytes;
+      const uint64_t chunk_bytes = n * source_row_bytes;
+      Error error;
+      if (decoded == stored) {
+        error = writer->append(chunk, chunk_bytes);  // same dtype: straight from the map
+      } else {
+        rows_.resize(n * cols);
+        image::decode_floats(decoded, chunk, n * cols, rows_.data());
+        const uint64_t out_row_bytes = image::row_bytes(stored, group, cols);
+        encoded_.resize(n * out_row_bytes);
+        for (uint64_t r = 0; r < n; ++r) {
+          const float *in = rows_.data() + r * cols;
+          unsigned char *out = encoded_.data() + r * out_row_bytes;
+          if (stored == image::DType::Q8) image::quantize_row_q8(in, cols, group, out, nullptr);
+          else image::encode_floats(stored, in, cols, out);
+        }
+        error = writer->append(encoded_.data(), encoded_.size());
+      }
+      checkpoint.release(*source, chunk, chunk_bytes);
+      if (error) return error;
+      on_progress(chunk_bytes);
+    }
+  }
+  return {};
+}
+
+}  // namespace colibri::modeltool::convert

@@ -1,0 +1,33 @@
+// modeltool/convert/tensor_stream.h — copies one planned tensor from the mapped checkpoint
+// into the image writer, a chunk of rows at a time: decode the source rows to f32, encode
+// them to the stored dtype (f32/f16/bf16, or q8 blocks per row), append, then drop the
+// source pages. A source already in the stored dtype is appended straight from the map.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "modeltool/convert/safetensors.h"
+#include "modeltool/convert/tensor_plan.h"
+#include "image/writer.h"
+#include "util/error.h"
+
+namespace colibri::modeltool::convert {
+
+class TensorStreamer {
+ public:
+  // Source bytes per chunk; the f32 staging buffer is at most twice this (f16 sources).
+  static constexpr uint64_t kChunkSourceBytes = 4u << 20;
+
+  // Appends all of `tensor` to `writer` (whose current tensor it must be). `on_progress`
+  // gets the source bytes consumed after each chunk.
+  Error write(const SafetensorsCheckpoint &checkpoint, const PlannedTensor &tensor, image::ImageWriter *writer,
+              const std::function<void(uint64_t source_bytes)> &on_progress);
+
+ private:
+  std::vector<float> rows_;               // decoded f32 rows of one chunk
+  std::vector<unsigned char> encoded_;    // the same rows in the stored dtype
+};
+
+}  // namespace colibri::modeltool::convert

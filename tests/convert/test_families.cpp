@@ -1,0 +1,194 @@
+// tests/convert/test_families.cpp — config.json -> ModelConfig for each family, the
+// dense/MoE layer rule, the transformers 4 and 5 layouts, and every refusal by name.
+#include <catch2/catch.hpp>
+
+#include "convert/synthetic_checkpoint.h"
+#include "modeltool/convert/families.h"
+
+using namespace colibri;
+using namespace colibri::modeltool::convert;
+using Catch::Contains;
+using nlohmann::json;
+
+namespace {
+
+json config_for(const std::string &architecture, json overrides = json::object()) {
+  testing::SyntheticCheckpointSpec spec;
+  spec.architecture = architecture;
+  spec.config_overrides = std::move(overrides);
+  return testing::synthetic_config(spec);
+}
+
+model::ModelConfig read_ok(const json &config) {
+  const FamilyInfo *family = nullptr;
+  model::ModelConfig c;
+  Error e = read_hf_config(config, &family, &c);
+  INFO(e.message);
+  REQUIRE_FALSE(e);
+  REQUIRE(family);
+  return c;
+}
+
+Error read_error(const json &config) {
+  const FamilyInfo *family = nullptr;
+  model::ModelConfig c;
+  return read_hf_config(config, &family, &c);
+}
+
+}  // namespace
+
+TEST_CASE("Mixtral: every layer MoE, top-k always renormalised, head_dim null means hidden/heads", "[families]") {
+  model::ModelConfig c = read_ok(config_for("MixtralForCausalLM", {{"norm_topk_prob", false}}));
+  CHECK(c.family == "mixtral");
+  CHECK(c.hf_architecture == "MixtralForCausalLM");
+  CHECK(c.vocab_size == 64);
+  CHECK(c.hidden_size == 32);
+  CHECK(c.head_count == 4);
+  CHECK(c.kv_head_count == 2);
+  CHECK(c.head_dim == 8);
+  CHECK(c.expert_count == 4);
+  CHECK(c.top_k == 2);
+  CHECK(c.expert_ffn_size == 16);
+  CHECK(c.norm_topk_prob);  // Mixtral ignores the key: it always renormalises
+  CHECK(c.router_score == "softmax");
+  CHECK(c.rope_theta == 1e6);
+  CHECK(c.rms_norm_eps == 1e-5);
+  CHECK(c.qk_norm == "none");
+  CHECK_FALSE(c.attention_bias);
+  CHECK(c.shared_expert_ffn_size == 0);
+  CHECK(c.dense_ffn_size == 0);
+  CHECK(c.layer_is_moe == std::vector<uint8_t>{1, 1});
+}
+
+TEST_CASE("optional keys take the transformers config-class defaults", "[families]") {
+  json config = config_for("MixtralForCausalLM");
+  for (const char *key : {"num_key_value_heads", "rope_theta", "rms_norm_eps", "max_position_embeddings",
+                          "tie_word_embeddings", "hidden_act", "sliding_window", "head_dim"})
+    config.erase(key);
+  model::ModelConfig c = read_ok(config);
+  CHECK(c.kv_head_count == c.head_count);
+  CHECK(c.rope_theta == 1e6);
+  CHECK(c.rms_norm_eps == 1e-5);
+  CHECK(c.max_position_embeddings == 131072);
+  CHECK_FALSE(c.tie_word_embeddings);
+}
+
+TEST_CASE("Qwen2-MoE: shared expert, q/k/v biases, mlp_only_layers and decoder_sparse_step", "[families]") {
+  model::ModelConfig c = read_ok(config_for("Qwen2MoeForCausalLM", {{"num_hidden_layers", 6},
+                                                                     {"mlp_only_layers", {0}},
+                                                                     {"decoder_sparse_step", 2}}));
+  CHECK(c.family == "qwen2_moe");
+  CHECK(c.attention_bias);
+  CHECK(c.shared_expert_ffn_size == 16);
+  CHECK(c.shared_expert_gate);
+  CHECK(c.dense_ffn_size == 24);
+  CHECK(c.expert_ffn_size == 16);
+  CHECK_FALSE(c.norm_topk_prob);
+  CHECK(c.rope_theta == 1e6);  // from rope_parameters (transformers 5 layout)
+  // MoE iff i not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0.
+  CHECK(c.layer_is_moe == std::vector<uint8_t>{0, 1, 0, 1, 0, 1});
+}
+
+TEST_CASE("Qwen2-MoE: qkv_bias false drops the biases", "[families]") {
+  CHECK_FALSE(read_ok(config_for("Qwen2MoeForCausalLM", {{"qkv_bias", false}})).attention_bias);
+  json config = config_for("Qwen2MoeForCausalLM");
+  config.erase("qkv_bias");  // transformers 4 configs: the biases are always there
+  CHECK(read_ok(config).attention_bias);
+}
+
+TEST_CASE("Qwen3-MoE: explicit head_dim, per-head q/k norm, norm_topk_prob, num_local_experts", "[families]") {
+  json config = config_for("Qwen3MoeForCausalLM", {{"head_dim", 16}});
+  config["num_local_experts"] = config["num_experts"];  // transformers 5 writes this name
+  config.erase("num_experts");
+  model::ModelConfig c = read_ok(config);
+  CHECK(c.family == "qwen3_moe");
+  CHECK(c.head_dim == 16);
+  CHECK(c.qk_norm == "per_head");
+  CHECK(c.norm_topk_prob);
+  CHECK(c.expert_count == 4);
+  CHECK_FALSE(c.attention_bias);
+  CHECK(c.shared_expert_ffn_size == 0);
+}
+
+TEST_CASE("OLMoE: whole-projection q/k norm and clip_qkv", "[families]") {
+  model::ModelConfig c = read_ok(config_for("OlmoeForCausalLM"));
+  CHECK(c.family == "olmoe");
+  CHECK(c.qk_norm == "full");
+  CHECK(c.clip_qkv == 8.0);
+  CHECK_FALSE(c.norm_topk_prob);
+  CHECK(c.rope_theta == 10000.0);
+  CHECK(read_ok(config_for("OlmoeForCausalLM", {{"clip_qkv", nullptr}})).clip_qkv == 0.0);
+}
+
+TEST_CASE("the family is found from model_type when architectures is absent", "[families]") {
+  json config = config_for("OlmoeForCausalLM");
+  config.erase("architectures");
+  CHECK(read_ok(config).hf_architecture == "OlmoeForCausalLM");
+}
+
+TEST_CASE("an unknown architecture is refused with the supported list", "[families]") {
+  Error e = read_error(config_for("MixtralForCausalLM", {{"architectures", {"LlamaForCausalLM"}}}));
+  CHECK(e.kind == ErrorKind::Unsupported);
+  CHECK_THAT(e.message, Contains("architecture 'LlamaForCausalLM'"));
+  CHECK_THAT(e.message, Contains("MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM"));
+}
+
+TEST_CASE("unsupported features are refused by name", "[families]") {
+  struct Case {
+    const char *architecture;
+    json overrides;
+    const char *expected;
+  };
+  const Case cases[] = {
+      {"MixtralForCausalLM", {{"rope_scaling", {{"type", "linear"}, {"factor", 2.0}}}}, "rope_scaling"},
+      {"Qwen2MoeForCausalLM", {{"rope_parameters", {{"rope_type", "yarn"}, {"rope_theta", 1e6}}}}, "rope_parameters"},
+      {"MixtralForCausalLM", {{"sliding_window", 1024}}, "sliding_window 1024, smaller than max_position_embeddings 4096"},
+      {"Qwen2MoeForCausalLM", {{"use_sliding_window", true}}, "use_sliding_window true"},
+      {"Qwen2MoeForCausalLM", {{"layer_types", {"full_attention", "sliding_attention"}}}, "sliding_attention"},
+      {"OlmoeForCausalLM", {{"hidden_act", "gelu"}}, "hidden_act 'gelu'"},
+      {"Qwen3MoeForCausalLM", {{"attention_bias", true}}, "attention_bias true"},
+      {"MixtralForCausalLM", {{"quantization_config", {{"quant_method", "gptq"}, {"bits", 4}}}}, "quant_method 'gptq'"},
+      {"Qwen3MoeForCausalLM", {{"quantization_config", {{"quant_method", "mxfp4"}}}}, "quantized checkpoints"},
+      {"MixtralForCausalLM", {{"partial_rotary_factor", 0.5}}, "partial_rotary_factor"},
+  };
+  for (const Case &c : cases) {
+    Error e = read_error(config_for(c.architecture, c.overrides));
+    INFO(c.architecture << " " << c.overrides.dump());
+    CHECK(e.kind == ErrorKind::Unsupported);
+    CHECK_THAT(e.message, Contains(c.expected));
+    CHECK_THAT(e.message, Contains("not supported yet"));
+  }
+}
+
+TEST_CASE("features that are switched off are accepted", "[families]") {
+  read_ok(config_for("MixtralForCausalLM", {{"sliding_window", 4096}}));  // window == context: no effect
+  read_ok(config_for("Qwen2MoeForCausalLM", {{"sliding_window", 512}}));  // use_sliding_window is false
+  read_ok(config_for("MixtralForCausalLM", {{"rope_scaling", nullptr}}));
+  read_ok(config_for("MixtralForCausalLM", {{"rope_scaling", {{"rope_type", "default"}}}}));
+  read_ok(config_for("MixtralForCausalLM", {{"quantization_config", nullptr}}));
+}
+
+TEST_CASE("missing and ill-typed keys are named", "[families]") {
+  json config = config_for("MixtralForCausalLM");
+  config.erase("hidden_size");
+  Error e = read_error(config);
+  CHECK(e.kind == ErrorKind::Corrupt);
+  CHECK_THAT(e.message, Contains("config.json has no 'hidden_size'"));
+  e = read_error(config_for("MixtralForCausalLM", {{"num_attention_heads", "four"}}));
+  CHECK_THAT(e.message, Contains("'num_attention_heads' must be a non-negative integer, got \"four\""));
+  e = read_error(config_for("Qwen2MoeForCausalLM", {{"mlp_only_layers", {"x"}}}));
+  CHECK_THAT(e.message, Contains("'mlp_only_layers' must be a list"));
+  e = read_error(config_for("Qwen2MoeForCausalLM", {{"decoder_sparse_step", 0}}));
+  CHECK_THAT(e.message, Contains("decoder_sparse_step"));
+}
+
+TEST_CASE("inconsistent sizes are refused through the engine's own rules", "[families]") {
+  Error e = read_error(config_for("MixtralForCausalLM", {{"num_key_value_heads", 3}}));
+  CHECK(e.kind == ErrorKind::Corrupt);
+  CHECK_THAT(e.message, Contains("config.json describes an inconsistent model"));
+  CHECK_THAT(e.message, Contains("head_count 4 is not a multiple of kv_head_count 3"));
+  e = read_error(config_for("MixtralForCausalLM", {{"num_experts_per_tok", 9}}));
+  CHECK_THAT(e.message, Contains("top_k"));
+  e = read_error(config_for("MixtralForCausalLM", {{"num_attention_heads", 5}}));
+  CHECK_THAT(e.message, Contains("hidden_size 32 is not a multiple of num_attention_heads 5"));
+}

@@ -1,0 +1,211 @@
+// tests/convert/test_oracle_fixtures.cpp — the committed transformers checkpoints
+// (tests/fixtures/oracle/<case>, written by tools/oracle/make_fixtures.py) convert to images
+// with the right hyper-parameters, routing semantics and special tokens; every tensor holds
+// exactly its checkpoint bytes (f32 -> f32); and a re-sharded copy gives identical tensors.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "convert/convert_test_support.h"
+#include "convert/expected_mapping.h"
+#include "convert/safetensors_writer.h"
+#include "model/config.h"
+#include "modeltool/convert/safetensors.h"
+
+using namespace colibri;
+using nlohmann::json;
+
+namespace {
+
+struct Expected {
+  const char *name;
+  const char *architecture;
+  model::ModelConfig config;  // the fields checked below
+  json tokenizer;             // bos_token_id, eos_token_ids, pad_token_id, bos_token, eos_token
+};
+
+model::ModelConfig make(const char *family, uint64_t layers, uint64_t kv_heads, uint64_t head_dim, uint64_t experts,
+                        uint64_t top_k, uint64_t expert_ffn, bool renormalise, bool tied, double theta, double eps) {
+  model::ModelConfig c;
+  c.family = family;
+  c.vocab_size = 512;
+  c.hidden_size = 64;
+  c.head_count = 4;
+  c.layer_count = layers;
+  c.kv_head_count = kv_heads;
+  c.head_dim = head_dim;
+  c.expert_count = experts;
+  c.top_k = top_k;
+  c.expert_ffn_size = expert_ffn;
+  c.norm_topk_prob = renormalise;
+  c.tie_word_embeddings = tied;
+  c.rope_theta = theta;
+  c.rms_norm_eps = eps;
+  c.max_position_embeddings = 4096;
+  c.layer_is_moe.assign(layers, 1);
+  return c;
+}
+
+std::vector<Expected> expected_cases() {
+  std::vector<Expected> cases;
+  json llama_tokens = {{"bos_token_id", 1}, {"eos_token_ids", {2}}, {"pad_token_id", nullptr}, {"bos_token", "<s>"},
+                       {"eos_token", "</s>"}};
+  cases.push_back({"mixtral_gqa", "MixtralForCausalLM",
+                   make("mixtral", 2, 2, 16, 8, 2, 32, true, false, 1e4, 1e-5), llama_tokens});
+  cases.push_back({"mixtral_tied_top3", "MixtralForCausalLM",
+                   make("mixtral", 3, 4, 16, 5, 3, 32, true, true, 1e6, 1e-6), llama_tokens});
+
+  Expected qwen2{"qwen2_moe_shared", "Qwen2MoeForCausalLM", make("qwen2_moe", 3, 2, 16, 6, 2, 32, false, false, 1e6, 1e-6),
+                 {{"bos_token_id", nullptr}, {"eos_token_ids", {511}}, {"pad_token_id", 509}, {"bos_token", nullptr},
+                  {"eos_token", "<|im_end|>"}}};
+  qwen2.config.attention_bias = true;
+  qwen2.config.shared_expert_ffn_size = 32;
+  qwen2.config.shared_expert_gate = true;
+  qwen2.config.dense_ffn_size = 48;
+  qwen2.config.layer_is_moe = {1, 0, 1};  // mlp_only_layers [1]
+  cases.push_back(qwen2);
+
+  Expected qwen3{"qwen3_moe_qknorm", "Qwen3MoeForCausalLM", make("qwen3_moe", 2, 2, 32, 8, 2, 24, true, false, 1e6, 1e-6),
+                 {{"bos_token_id", nullptr}, {"eos_token_ids", {511, 509}}, {"pad_token_id", 509}, {"bos_token", nullptr},
+                  {"eos_token", "<|im_end|>"}}};
+  qwen3.config.qk_norm = "per_head";
+  cases.push_back(qwen3);
+
+  Expected olmoe{"olmoe_clip", "OlmoeForCausalLM", make("olmoe", 2, 2, 16, 8, 2, 32, false, false, 1e4, 1e-5),
+                 {{"bos_token_id", nullptr}, {"eos_token_ids", {509}}, {"pad_token_id", 509}, {"bos_token", nullptr},
+                  {"eos_token", "<|endoftext|>"}}};
+  olmoe.config.qk_norm = "full";
+  olmoe.config.clip_qkv = 2.0;
+  cases.push_back(olmoe);
+  return cases;
+}
+
+std::string fixture_dir(const char *name) { return std::string(COLIBRI_FIXTURES_DIR) + "/oracle/" + name; }
+
+void check_config(const model::ModelConfig &found, const Expected &expected) {
+  const model::ModelConfig &e = expected.config;
+  CHECK(found.family == e.family);
+  CHECK(found.hf_architecture == expected.architecture);
+  CHECK(found.vocab_size == e.vocab_size);
+  CHECK(found.hidden_size == e.hidden_size);
+  CHECK(found.layer_count == e.layer_count);
+  CHECK(found.head_count == e.head_count);
+  CHECK(found.kv_head_count == e.kv_head_count);
+  CHECK(found.head_dim == e.head_dim);
+  CHECK(found.max_position_embeddings == e.max_position_embeddings);
+  CHECK(found.rms_norm_eps == e.rms_norm_eps);
+  CHECK(found.rope_theta == e.rope_theta);
+  CHECK(found.tie_word_embeddings == e.tie_word_embeddings);
+  CHECK(found.attention_bias == e.attention_bias);
+  CHECK(found.qk_norm == e.qk_norm);
+  CHECK(found.clip_qkv == e.clip_qkv);
+  CHECK(found.expert_count == e.expert_count);
+  CHECK(found.expert_ffn_size == e.expert_ffn_size);
+  CHECK(found.top_k == e.top_k);
+  CHECK(found.router_score == "softmax");
+  CHECK(found.norm_topk_prob == e.norm_topk_prob);
+  CHECK(found.shared_expert_ffn_size == e.shared_expert_ffn_size);
+  CHECK(found.shared_expert_gate == e.shared_expert_gate);
+  CHECK(found.dense_ffn_size == e.dense_ffn_size);
+  CHECK(found.layer_is_moe == e.layer_is_moe);
+}
+
+// Every image tensor's bytes are its sources' bytes, concatenated; every source is used.
+void check_bytes_match_checkpoint(const image::Image &img, const std::string &dir, const Expected &expected) {
+  modeltool::convert::SafetensorsCheckpoint checkpoint;
+  REQUIRE_FALSE(modeltool::convert::SafetensorsCheckpoint::open(dir, &checkpoint));
+  std::set<std::string> unused;
+  for (const auto &t : checkpoint.tensors()) unused.insert(t.name);
+  for (const image::TensorInfo &t : img.tensors()) {
+    INFO(t.name);
+    REQUIRE(t.dtype == image::DType::F32);
+    uint64_t offset = 0;
+    for (const std::string &name :
+         testing::expected_hf_sources(expected.architecture, expected.config.expert_count, t.name)) {
+      const modeltool::convert::SafetensorsTensor *source = checkpoint.find(name);
+      REQUIRE(source);
+      REQUIRE(source->dtype == "F32");
+      REQUIRE(offset + source->byte_size() <= t.size);
+      CHECK(std::memcmp(img.data(t) + offset, checkpoint.data(*source), source->byte_size()) == 0);
+      offset += source->byte_size();
+      unused.erase(name);
+    }
+    CHECK(offset == t.size);
+  }
+  CHECK(unused.empty());
+}
+
+}  // namespace
+
+TEST_CASE("every oracle fixture converts with its hyper-parameters, tokens and bytes", "[convert][oracle]") {
+  for (const Expected &expected : expected_cases()) {
+    SECTION(expected.name) {
+      const std::string dir = fixture_dir(expected.name);
+      REQUIRE(std::filesystem::exists(dir + "/config.json"));
+      testing::ScopedTempDir out("oracle");
+      Error e = testing::convert(dir, out / "m.colibri");
+      INFO(e.message);
+      REQUIRE_FALSE(e);
+      auto img = testing::open_image(out / "m.colibri");
+      REQUIRE_FALSE(img->verify_all(1));
+
+      model::ModelConfig config;
+      REQUIRE_FALSE(model::ModelConfig::from_json(img->metadata()["model"], &config));
+      check_config(config, expected);
+
+      const json &tok = img->metadata()["tokenizer"];
+      for (const auto &[key, value] : expected.tokenizer.items()) {
+        INFO(key);
+        CHECK(tok[key] == value);
+      }
+      CHECK(tok["json"] == testing::read_text(dir + "/tokenizer.json"));
+      CHECK(tok["chat_template"].is_string());
+      CHECK(img->metadata()["provenance"]["source_dtypes"] == json({"f32"}));
+      CHECK((img->find("output") == nullptr) == expected.config.tie_word_embeddings);
+      check_bytes_match_checkpoint(*img, dir, expected);
+    }
+  }
+}
+
+TEST_CASE("a re-sharded copy of each oracle fixture converts to identical tensors", "[convert][oracle]") {
+  for (const Expected &expected : expected_cases()) {
+    SECTION(expected.name) {
+      testing::ScopedTempDir tmp("oracle-shards");
+      REQUIRE_FALSE(testing::shard_checkpoint(fixture_dir(expected.name), tmp / "sharded", 3));
+      REQUIRE(std::filesystem::exists(tmp / "sharded/model-00003-of-00003.safetensors"));
+      REQUIRE_FALSE(testing::convert(fixture_dir(expected.name), tmp / "single.colibri"));
+      REQUIRE_FALSE(testing::convert(tmp / "sharded", tmp / "sharded.colibri"));
+      auto a = testing::open_image(tmp / "single.colibri"), b = testing::open_image(tmp / "sharded.colibri");
+      REQUIRE(a->tensors().size() == b->tensors().size());
+      for (size_t i = 0; i < a->tensors().size(); ++i) {
+        const image::TensorInfo &x = a->tensors()[i], &y = b->tensors()[i];
+        INFO(x.name);
+        CHECK(x.name == y.name);
+        CHECK(x.dtype == y.dtype);
+        CHECK(x.shape_string() == y.shape_string());
+        CHECK(x.size == y.size);
+        CHECK(x.checksum == y.checksum);
+        CHECK(std::memcmp(a->data(x), b->data(y), x.size) == 0);
+      }
+      CHECK(a->metadata()["model"] == b->metadata()["model"]);
+      CHECK(a->metadata()["tokenizer"] == b->metadata()["tokenizer"]);
+    }
+  }
+}
+
+TEST_CASE("every oracle fixture also converts to f16, bf16 and q8 images that verify", "[convert][oracle]") {
+  for (const Expected &expected : expected_cases()) {
+    SECTION(expected.name) {
+      testing::ScopedTempDir tmp("oracle-dtypes");
+      for (image::DType dtype : {image::DType::F16, image::DType::BF16, image::DType::Q8}) {
+        std::string out = tmp / (std::string(image::dtype_name(dtype)) + ".colibri");
+        REQUIRE_FALSE(testing::convert(fixture_dir(expected.name), out, dtype));
+        auto img = testing::open_image(out);
+        REQUIRE_FALSE(img->verify_all(1));
+        CHECK(img->find("blk.0.ffn_gate_exps")->dtype == dtype);
+        CHECK(img->find("blk.0.ffn_gate_inp")->dtype == image::DType::F32);
+      }
+    }
+  }
+}
