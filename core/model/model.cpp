@@ -1,0 +1,212 @@
+// core/model/model.cpp — binds image tensors to the forward pass's weight views.
+// Every tensor the config implies must exist with exactly the expected shape; tensors the
+// config does not explain are refused too (a sign of a converter/engine mismatch).
+#include "model/model.h"
+
+#include <set>
+
+#include "model/tensor_names.h"
+#include "util/strings.h"
+
+namespace colibri::model {
+
+using util::strprintf;
+
+static_assert(static_cast<uint32_t>(kernels::DType::Q8) == static_cast<uint32_t>(image::DType::Q8));
+static_assert(static_cast<uint32_t>(kernels::DType::BF16) == static_cast<uint32_t>(image::DType::BF16));
+static_assert(static_cast<uint32_t>(kernels::DType::F16) == static_cast<uint32_t>(image::DType::F16));
+
+namespace {
+
+struct Binder {
+  const image::Image &img;
+  std::set<std::string> used;
+  Error error;
+
+  std::string shape_text(const std::vector<uint64_t> &shape) {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+  }
+
+  const image::TensorInfo *find(const std::string &name, const std::vector<uint64_t> &shape, bool required) {
+    if (error) return nullptr;
+    const image::TensorInfo *t = img.find(name);
+    if (!t) {
+      if (required)
+        error = make_error(ErrorKind::Corrupt, strprintf("'%s': tensor '%s' %s is missing; the image does not match "
+                                                         "its model metadata (re-convert it)",
+                                                         img.path().c_str(), name.c_str(), shape_text(shape).c_str()));
+      return nullptr;
+    }
+    bool same = t->rank == shape.size();
+    for (size_t i = 0; same && i < shape.size(); ++i) same = t->shape[i] == shape[i];
+    if (!same) {
+      error = make_error(ErrorKind::Corrupt, strprintf("'%s': tensor '%s' has shape %s, the model metadata implies %s",
+                                                       img.path().c_str(), name.c_str(), t->shape_string().c_str(),
+                                                       shape_text(shape).c_str()));
+      return nullptr;
+    }
+    used.insert(name);
+    return t;
+  }
+
+  WeightMatrix matrix(const std::string &name, uint64_t count, uint64_t rows, uint64_t cols, bool required = true) {
+    std::vector<uint64_t> shape = count > 1 || name.find("_exps") != std::string::npos
+                                      ? std::vector<uint64_t>{count, rows, cols}
+                                      : std::vector<uint64_t>{rows, cols};
+    WeightMatrix m;
+    const image::TensorInfo *t = find(name, shape, required);
+    if (!t) return m;
+    m.dtype = static_cast<kernels::DType>(static_cast<uint32_t>(t->dtype));
+    m.group_size = t->group_size;
+    if (!kernels::weights_supported(m.dtype, m.group_size, cols)) {
+      error = make_error(ErrorKind::Unsupported, strprintf("'%s': tensor '%s' (%s, %llu columns) is not supported by "
+                                                           "the CPU kernels",
+                                                           img.path().c_str(), name.c_str(), image::dtype_name(t->dtype),
+                                                           static_cast<unsigned long long>(cols)));
+      return m;
+    }
+    m.data = img.data(*t);
+    m.rows = rows;
+    m.cols = cols;
+    m.count = count;
+    m.row_bytes = kernels::row_bytes(m.dtype, m.group_size, cols);
+    m.matrix_bytes = m.row_bytes * rows;
+    return m;
+  }
+
+  WeightMatrix f32_matrix(const std::string &name, uint64_t rows, uint64_t cols, bool required = true) {
+    WeightMatrix m = matrix(name, 1, rows, cols, required);
+    if (m.present() && m.dtype != kernels::DType::F32 && !error)
+      error = make_error(ErrorKind::Corrupt, strprintf("'%s': tensor '%s' must be f32", img.path().c_str(), name.c_str()));
+    return m;
+  }
+
+  WeightVector vector(const std::string &name, uint64_t size, bool required = true) {
+    WeightVector v;
+    const image::TensorInfo *t = find(name, {size}, required);
+    if (!t) return v;
+    if (t->dtype != image::DType::F32) {
+      error = make_error(ErrorKind::Corrupt, strprintf("'%s': vector tensor '%s' must be f32, found %s",
+                                                       img.path().c_str(), name.c_str(), image::dtype_name(t->dtype)));
+      return v;
+    }
+    v.data = reinterpret_cast<const float *>(img.data(*t));
+    v.size = size;
+    return v;
+  }
+};
+
+int64_t optional_id(const nlohmann::json &j, const char *key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : -1;
+}
+
+std::string optional_string(const nlohmann::json &j, const char *key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &options, Error *error) {
+  auto img = image::Image::open(path, options.image, error);
+  if (!img) return nullptr;
+  return from_image(std::move(img), error);
+}
+
+std::unique_ptr<Model> Model::from_image(std::unique_ptr<image::Image> img, Error *error) {
+  std::unique_ptr<Model> m(new Model());
+  m->image_ = std::move(img);
+  if (Error e = m->bind()) {
+    *error = e;
+    return nullptr;
+  }
+  return m;
+}
+
+Error Model::bind() {
+  const nlohmann::json &meta = image_->metadata();
+  auto model_it = meta.find("model");
+  if (model_it == meta.end())
+    return make_error(ErrorKind::Corrupt, strprintf("'%s' has no model metadata: it is an image of tensors, not of a "
+                                                    "model (convert the checkpoint with colibri-model convert)",
+                                                    image_->path().c_str()));
+  if (Error e = ModelConfig::from_json(*model_it, &config_)) {
+    e.message = "'" + image_->path() + "': " + e.message;
+    return e;
+  }
+  auto tok = meta.find("tokenizer");
+  if (tok != meta.end() && tok->is_object()) {
+    tokenizer_.json = optional_string(*tok, "json");
+    tokenizer_.chat_template = optional_string(*tok, "chat_template");
+    tokenizer_.bos_token_id = optional_id(*tok, "bos_token_id");
+    tokenizer_.pad_token_id = optional_id(*tok, "pad_token_id");
+    tokenizer_.bos_token = optional_string(*tok, "bos_token");
+    tokenizer_.eos_token = optional_string(*tok, "eos_token");
+    auto eos = tok->find("eos_token_ids");
+    if (eos != tok->end() && eos->is_array())
+      for (const auto &id : *eos)
+        if (id.is_number_integer()) tokenizer_.eos_token_ids.push_back(id.get<int64_t>());
+    tokenizer_.add_bos_token = tok->value("add_bos_token", false);
+    tokenizer_.add_eos_token = tok->value("add_eos_token", false);
+  }
+
+  const ModelConfig &c = config_;
+  Binder b{*image_, {}, {}};
+  namespace n = names;
+  const uint64_t H = c.hidden_size, Q = q_dim(), KV = kv_dim(), E = c.expert_count;
+  token_embd_ = b.matrix(n::kTokenEmbedding, 1, c.vocab_size, H);
+  output_norm_ = b.vector(n::kOutputNorm, H);
+  output_ = c.tie_word_embeddings ? token_embd_ : b.matrix(n::kOutput, 1, c.vocab_size, H);
+  layers_.assign(c.layer_count, LayerWeights{});
+  for (uint64_t l = 0; l < c.layer_count && !b.error; ++l) {
+    LayerWeights &w = layers_[l];
+    auto name = [&](const char *role) { return n::layer_tensor(l, role); };
+    w.attn_norm = b.vector(name(n::kAttnNorm), H);
+    w.ffn_norm = b.vector(name(n::kFfnNorm), H);
+    w.attn_q = b.matrix(name(n::kAttnQ), 1, Q, H);
+    w.attn_k = b.matrix(name(n::kAttnK), 1, KV, H);
+    w.attn_v = b.matrix(name(n::kAttnV), 1, KV, H);
+    w.attn_output = b.matrix(name(n::kAttnOutput), 1, H, Q);
+    if (c.attention_bias) {
+      w.attn_q_bias = b.vector(name(n::kAttnQBias), Q);
+      w.attn_k_bias = b.vector(name(n::kAttnKBias), KV);
+      w.attn_v_bias = b.vector(name(n::kAttnVBias), KV);
+    }
+    if (c.qk_norm == "per_head") {
+      w.attn_q_norm = b.vector(name(n::kAttnQNorm), c.head_dim);
+      w.attn_k_norm = b.vector(name(n::kAttnKNorm), c.head_dim);
+    } else if (c.qk_norm == "full") {
+      w.attn_q_norm = b.vector(name(n::kAttnQNorm), Q);
+      w.attn_k_norm = b.vector(name(n::kAttnKNorm), KV);
+    }
+    w.is_moe = c.layer_is_moe[l] != 0;
+    if (w.is_moe) {
+      w.router = b.f32_matrix(name(n::kRouter), E, H);
+      w.experts_gate = b.matrix(name(n::kExpertsGate), E, c.expert_ffn_size, H);
+      w.experts_up = b.matrix(name(n::kExpertsUp), E, c.expert_ffn_size, H);
+      w.experts_down = b.matrix(name(n::kExpertsDown), E, H, c.expert_ffn_size);
+      if (c.shared_expert_ffn_size) {
+        w.shared_gate = b.matrix(name(n::kSharedGate), 1, c.shared_expert_ffn_size, H);
+        w.shared_up = b.matrix(name(n::kSharedUp), 1, c.shared_expert_ffn_size, H);
+        w.shared_down = b.matrix(name(n::kSharedDown), 1, H, c.shared_expert_ffn_size);
+        if (c.shared_expert_gate) w.shared_expert_gate = b.f32_matrix(name(n::kSharedExpertGate), 1, H);
+      }
+    } else {
+      w.dense_gate = b.matrix(name(n::kDenseGate), 1, c.dense_ffn_size, H);
+      w.dense_up = b.matrix(name(n::kDenseUp), 1, c.dense_ffn_size, H);
+      w.dense_down = b.matrix(name(n::kDenseDown), 1, H, c.dense_ffn_size);
+    }
+  }
+  if (b.error) return b.error;
+  for (const auto &t : image_->tensors())
+    if (!b.used.count(t.name))
+      return make_error(ErrorKind::Corrupt, strprintf("'%s': tensor '%s' is not used by a %s model with this "
+                                                      "configuration; the image and its metadata disagree",
+                                                      image_->path().c_str(), t.name.c_str(), c.family.c_str()));
+  return {};
+}
+
+}  // namespace colibri::model

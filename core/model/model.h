@@ -1,0 +1,97 @@
+// core/model/model.h — a loaded model: the mapped image, its ModelConfig, and typed views of
+// every weight the forward pass reads, bound by name and shape-checked once at load.
+// Weights are never copied: every WeightMatrix points into the image mapping.
+// Thread safety: a Model is immutable after load and may be shared by any number of sessions.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "image/reader.h"
+#include "kernels/cpu/kernels.h"
+#include "model/config.h"
+#include "util/error.h"
+
+namespace colibri::model {
+
+// A [rows, cols] row-major weight matrix in the image (or `count` of them stacked, for the
+// experts of a layer: matrix e starts at data + e * matrix_bytes).
+struct WeightMatrix {
+  const unsigned char *data = nullptr;
+  kernels::DType dtype = kernels::DType::F32;
+  uint32_t group_size = 0;
+  uint64_t rows = 0, cols = 0;
+  uint64_t count = 1;          // stacked matrices (experts)
+  uint64_t row_bytes = 0;
+  uint64_t matrix_bytes = 0;   // rows * row_bytes
+
+  bool present() const { return data != nullptr; }
+  const unsigned char *matrix(uint64_t index) const { return data + index * matrix_bytes; }
+};
+
+// An f32 vector (norm weight, bias).
+struct WeightVector {
+  const float *data = nullptr;
+  uint64_t size = 0;
+  bool present() const { return data != nullptr; }
+};
+
+struct LayerWeights {
+  WeightVector attn_norm, ffn_norm;
+  WeightMatrix attn_q, attn_k, attn_v, attn_output;  // [q_dim, hidden], [kv_dim, hidden] ×2, [hidden, q_dim]
+  WeightVector attn_q_bias, attn_k_bias, attn_v_bias;
+  WeightVector attn_q_norm, attn_k_norm;              // [head_dim] (per head) or [q_dim]/[kv_dim] (full)
+  bool is_moe = false;
+  WeightMatrix router;                                 // [E, hidden] f32
+  WeightMatrix experts_gate, experts_up, experts_down; // E × [ffn, hidden], E × [ffn, hidden], E × [hidden, ffn]
+  WeightMatrix shared_gate, shared_up, shared_down;    // [sffn, hidden] ×2, [hidden, sffn]
+  WeightMatrix shared_expert_gate;                     // [1, hidden] f32
+  WeightMatrix dense_gate, dense_up, dense_down;       // dense FFN layers
+};
+
+struct TokenizerInfo {
+  std::string json;           // tokenizer.json text
+  std::string chat_template;  // empty when absent
+  int64_t bos_token_id = -1;
+  std::vector<int64_t> eos_token_ids;
+  int64_t pad_token_id = -1;
+  std::string bos_token, eos_token;
+  bool add_bos_token = false, add_eos_token = false;
+};
+
+struct LoadOptions {
+  image::OpenOptions image;
+};
+
+class Model {
+ public:
+  static std::unique_ptr<Model> load(const std::string &path, const LoadOptions &options, Error *error);
+  // Binds an already opened image (takes ownership).
+  static std::unique_ptr<Model> from_image(std::unique_ptr<image::Image> image, Error *error);
+
+  const ModelConfig &config() const { return config_; }
+  const TokenizerInfo &tokenizer() const { return tokenizer_; }
+  const image::Image &image() const { return *image_; }
+  const WeightMatrix &token_embedding() const { return token_embd_; }  // [vocab, hidden]
+  const WeightVector &output_norm() const { return output_norm_; }
+  const WeightMatrix &output() const { return output_; }  // [vocab, hidden] (token_embd when tied)
+  const std::vector<LayerWeights> &layers() const { return layers_; }
+
+  uint64_t q_dim() const { return config_.head_count * config_.head_dim; }
+  uint64_t kv_dim() const { return config_.kv_head_count * config_.head_dim; }
+
+ private:
+  Model() = default;
+  Error bind();
+
+  std::unique_ptr<image::Image> image_;
+  ModelConfig config_;
+  TokenizerInfo tokenizer_;
+  WeightMatrix token_embd_, output_;
+  WeightVector output_norm_;
+  std::vector<LayerWeights> layers_;
+};
+
+}  // namespace colibri::model

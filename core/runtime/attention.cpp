@@ -1,0 +1,110 @@
+// core/runtime/attention.cpp — the attention block: x += o_proj(Attention(RMSNorm(x))).
+// Grouped-query attention over the KV cache (causal), with the family hooks: q/k/v biases
+// (Qwen2-MoE), q/k RMSNorm per head (Qwen3-MoE) or over the whole projection (OLMoE),
+// clip_qkv (OLMoE), and RoPE in the Hugging Face rotate_half convention.
+// References: transformers models/{mixtral,qwen2_moe,qwen3_moe,olmoe}/modeling_*.py.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "runtime/buffers.h"
+#include "runtime/session.h"
+
+namespace colibri::runtime {
+
+namespace {
+
+// RoPE, rotate_half form: pairs (i, i + d/2) rotate by position · θ^(−2i/d). The inverse
+// frequencies and the angle are computed in fp32 as transformers does, cos/sin in double.
+void apply_rope(float *vec, size_t head_dim, uint32_t position, float theta) {
+  const size_t half = head_dim / 2;
+  for (size_t i = 0; i < half; ++i) {
+    float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    float inv_freq = 1.0f / std::pow(theta, exponent);
+    float angle = static_cast<float>(position) * inv_freq;
+    float c = static_cast<float>(std::cos(static_cast<double>(angle)));
+    float s = static_cast<float>(std::sin(static_cast<double>(angle)));
+    float x1 = vec[i], x2 = vec[i + half];
+    vec[i] = x1 * c - x2 * s;
+    vec[i + half] = x2 * c + x1 * s;
+  }
+}
+
+void add_bias(float *row, const model::WeightVector &bias, size_t n) {
+  if (!bias.present()) return;
+  for (size_t i = 0; i < n; ++i) row[i] += bias.data[i];
+}
+
+void clip(float *row, size_t n, float limit) {
+  for (size_t i = 0; i < n; ++i) row[i] = std::clamp(row[i], -limit, limit);
+}
+
+}  // namespace
+
+void Session::attention(uint32_t layer, const BatchEntry *entries, size_t count) {
+  StageTimer timer(stats_, Stage::Attention);
+  const model::ModelConfig &c = model_.config();
+  const model::LayerWeights &w = model_.layers()[layer];
+  Buffers &b = *buffers_;
+  const size_t H = c.hidden_size, Q = model_.q_dim(), KV = model_.kv_dim(), D = c.head_dim;
+  const size_t heads = c.head_count, group = c.head_count / c.kv_head_count;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const size_t context = options_.context_length;
+
+  // Normalise the residual stream, then project to q, k, v for the whole batch.
+  pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->rmsnorm(&b.xn[t * H], &b.x[t * H], w.attn_norm.data, eps, H); });
+  matmul(w.attn_q, 0, b.xn.data(), count, b.q.data(), Q);
+  matmul(w.attn_k, 0, b.xn.data(), count, b.k.data(), KV);
+  matmul(w.attn_v, 0, b.xn.data(), count, b.v.data(), KV);
+
+  // Per token: biases, q/k norms, clipping, RoPE; then store k and v in the cache.
+  pool_->parallel_for(count, [&](size_t t, size_t) {
+    float *q = &b.q[t * Q], *k = &b.k[t * KV], *v = &b.v[t * KV];
+    add_bias(q, w.attn_q_bias, Q);
+    add_bias(k, w.attn_k_bias, KV);
+    add_bias(v, w.attn_v_bias, KV);
+    if (c.qk_norm == "full") {  // OLMoE: RMSNorm over the whole projection
+      kernels_->rmsnorm(q, q, w.attn_q_norm.data, eps, Q);
+      kernels_->rmsnorm(k, k, w.attn_k_norm.data, eps, KV);
+    } else if (c.qk_norm == "per_head") {  // Qwen3-MoE: RMSNorm per head, weight shared by heads
+      for (size_t h = 0; h < heads; ++h) kernels_->rmsnorm(q + h * D, q + h * D, w.attn_q_norm.data, eps, D);
+      for (size_t h = 0; h < c.kv_head_count; ++h) kernels_->rmsnorm(k + h * D, k + h * D, w.attn_k_norm.data, eps, D);
+    }
+    if (c.clip_qkv > 0.0) {
+      float limit = static_cast<float>(c.clip_qkv);
+      clip(q, Q, limit);
+      clip(k, KV, limit);
+      clip(v, KV, limit);
+    }
+    const float theta = static_cast<float>(c.rope_theta);
+    for (size_t h = 0; h < heads; ++h) apply_rope(q + h * D, D, entries[t].position, theta);
+    for (size_t h = 0; h < c.kv_head_count; ++h) apply_rope(k + h * D, D, entries[t].position, theta);
+    float *kc = b.key_cache(entries[t].sequence, layer, KV, context);
+    float *vc = b.value_cache(entries[t].sequence, layer, KV, context);
+    std::memcpy(kc + entries[t].position * KV, k, KV * sizeof(float));
+    std::memcpy(vc + entries[t].position * KV, v, KV * sizeof(float));
+  });
+
+  // Scaled dot-product attention per (token, head) over positions 0..position (causal).
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  pool_->parallel_for(count * heads, [&](size_t task, size_t thread) {
+    const size_t t = task / heads, h = task % heads, kvh = h / group;
+    const BatchEntry &e = entries[t];
+    const float *q = &b.q[t * Q + h * D];
+    const float *kc = b.key_cache(e.sequence, layer, KV, context);
+    const float *vc = b.value_cache(e.sequence, layer, KV, context);
+    float *scores = &b.scores[thread * context];
+    const size_t n = e.position + 1;
+    for (size_t p = 0; p < n; ++p) scores[p] = kernels_->dot_f32(q, kc + p * KV + kvh * D, D) * scale;
+    kernels_->softmax(scores, n);
+    float *out = &b.attn[t * Q + h * D];
+    std::fill(out, out + D, 0.0f);
+    for (size_t p = 0; p < n; ++p) kernels_->scale_add(out, scores[p], vc + p * KV + kvh * D, D);
+  });
+
+  // Output projection and residual.
+  matmul(w.attn_output, 0, b.attn.data(), count, b.ffn_out.data(), H);
+  pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->add(&b.x[t * H], &b.x[t * H], &b.ffn_out[t * H], H); });
+}
+
+}  // namespace colibri::runtime

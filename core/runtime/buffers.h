@@ -1,0 +1,93 @@
+// core/runtime/buffers.h — the activation arena of a session: every buffer the forward pass
+// touches, sized once at creation for max_batch_tokens, so that forward() never allocates.
+// Shapes are in the comments (N = max_batch_tokens, K = top_k, P = threads).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "model/model.h"
+#include "runtime/session.h"
+
+namespace colibri::runtime {
+
+inline constexpr uint32_t kNoPosition = 0xFFFFFFFFu;
+
+struct ExpertTask {
+  uint32_t expert;
+  uint32_t row_begin, row_end;
+};
+
+struct Session::Buffers {
+  std::vector<float> x;        // [N, hidden] residual stream
+  std::vector<float> xn;       // [N, hidden] normed input of a block
+  std::vector<float> q;        // [N, q_dim]
+  std::vector<float> k, v;     // [N, kv_dim]
+  std::vector<float> attn;     // [N, q_dim] attention output before o_proj
+  std::vector<float> ffn_out;  // [N, hidden]
+  std::vector<float> scores;   // [P, context] attention scores per thread
+  std::vector<float> kv_cache; // [sequences, layers, 2, context, kv_dim]
+  // MoE
+  std::vector<float> router_logits;       // [N, E]
+  std::vector<int32_t> topk_expert;       // [N, K]
+  std::vector<float> topk_weight;         // [N, K]
+  std::vector<uint32_t> expert_count;     // [E]
+  std::vector<uint32_t> expert_offset;    // [E + 1] start of each expert's rows in the gathered order
+  std::vector<uint32_t> slot_row;         // [N, K] gathered row of (token, slot)
+  std::vector<uint32_t> row_token;        // [N·K] token of each gathered row
+  std::vector<float> gathered;            // [N·K, hidden] inputs grouped by expert
+  std::vector<float> gate, up;            // [N·K, max_ffn]
+  std::vector<float> expert_out;          // [N·K, hidden]
+  std::vector<float> shared_gate_logit;   // [N]
+  std::vector<ExpertTask> tasks;          // work list of one phase
+  std::vector<uint32_t> logit_sources;    // [N] entry index of each logits row
+  std::vector<uint32_t> scratch_lengths;  // [sequences]
+  std::vector<uint32_t> scratch_last_position;  // [sequences]
+  size_t kv_layer_stride = 0;             // floats per (sequence, layer): 2 · context · kv_dim
+  size_t kv_sequence_stride = 0;
+
+  Buffers(const model::Model &m, const SessionOptions &o, size_t threads) {
+    const model::ModelConfig &c = m.config();
+    const size_t N = o.max_batch_tokens, H = c.hidden_size, K = std::max<uint64_t>(c.top_k, 1);
+    const size_t E = std::max<uint64_t>(c.expert_count, 1);
+    const size_t ffn = std::max({c.expert_ffn_size, c.shared_expert_ffn_size, c.dense_ffn_size});
+    x.assign(N * H, 0.0f);
+    xn.assign(N * H, 0.0f);
+    q.assign(N * m.q_dim(), 0.0f);
+    k.assign(N * m.kv_dim(), 0.0f);
+    v.assign(N * m.kv_dim(), 0.0f);
+    attn.assign(N * m.q_dim(), 0.0f);
+    ffn_out.assign(N * H, 0.0f);
+    scores.assign(threads * o.context_length, 0.0f);
+    kv_layer_stride = 2ull * o.context_length * m.kv_dim();
+    kv_sequence_stride = kv_layer_stride * c.layer_count;
+    kv_cache.assign(kv_sequence_stride * o.max_sequences, 0.0f);
+    router_logits.assign(N * E, 0.0f);
+    topk_expert.assign(N * K, 0);
+    topk_weight.assign(N * K, 0.0f);
+    expert_count.assign(E, 0);
+    expert_offset.assign(E + 1, 0);
+    slot_row.assign(N * K, 0);
+    row_token.assign(N * K, 0);
+    gathered.assign(N * K * H, 0.0f);
+    gate.assign(N * K * ffn, 0.0f);
+    up.assign(N * K * ffn, 0.0f);
+    expert_out.assign(N * K * H, 0.0f);
+    shared_gate_logit.assign(N, 0.0f);
+    // At most E experts × row blocks per phase; blocks per matrix ≤ 4·threads + 1.
+    tasks.reserve(E * (4 * threads + 2) + 8);
+    logit_sources.assign(N, 0);
+    scratch_lengths.assign(o.max_sequences, 0);
+    scratch_last_position.assign(o.max_sequences, 0);
+  }
+
+  float *key_cache(uint32_t sequence, uint32_t layer, size_t kv_dim, size_t context) {
+    return kv_cache.data() + sequence * kv_sequence_stride + layer * kv_layer_stride;
+  }
+  float *value_cache(uint32_t sequence, uint32_t layer, size_t kv_dim, size_t context) {
+    return key_cache(sequence, layer, kv_dim, context) + context * kv_dim;
+  }
+};
+
+}  // namespace colibri::runtime

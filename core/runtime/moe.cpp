@@ -1,0 +1,157 @@
+// core/runtime/moe.cpp — the FFN block: the MoE block (router → top-k → dispatch →
+// experts → weighted merge, plus the optional shared expert) or a dense SwiGLU FFN.
+//
+// Routing (ARCHITECTURE.md §4): router logits in fp32, softmax with the max subtracted, top-k
+// with ties to the lower expert index, weights renormalised iff norm_topk_prob (Mixtral:
+// always). Dispatch groups the batch's (token, slot) pairs by expert once per layer with a
+// counting sort, so each active expert's weights are read once per batch however many
+// tokens chose it. Experts run in two parallel phases over (expert, row block) tasks: gate
+// and up projections fused with SiLU·mul per row stripe, then the down projection. The merge
+// sums each token's k expert outputs in slot order: no atomics, and the result does not
+// depend on the thread count or on the other tokens in the batch.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "runtime/buffers.h"
+#include "runtime/router.h"
+#include "runtime/session.h"
+
+namespace colibri::runtime {
+
+void Session::route(const model::LayerWeights &w, const float *input, size_t count) {
+  const model::ModelConfig &c = model_.config();
+  Buffers &b = *buffers_;
+  const size_t E = c.expert_count, K = c.top_k;
+  {
+    StageTimer timer(stats_, Stage::Router);
+    matmul(w.router, 0, input, count, b.router_logits.data(), E);
+    pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->softmax(&b.router_logits[t * E], E); });
+  }
+  StageTimer timer(stats_, Stage::TopK);
+  for (size_t t = 0; t < count; ++t)
+    select_top_k(&b.router_logits[t * E], E, K, c.norm_topk_prob, &b.topk_expert[t * K], &b.topk_weight[t * K]);
+}
+
+void Session::run_experts(const model::LayerWeights &w, const float *input, size_t count, float *output) {
+  const model::ModelConfig &c = model_.config();
+  Buffers &b = *buffers_;
+  const size_t E = c.expert_count, K = c.top_k, H = c.hidden_size, F = c.expert_ffn_size;
+  {
+    // Counting sort of (token, slot) pairs by expert; rows of one expert keep token order.
+    StageTimer timer(stats_, Stage::Dispatch);
+    std::fill(b.expert_count.begin(), b.expert_count.begin() + static_cast<long>(E), 0u);
+    for (size_t i = 0; i < count * K; ++i) ++b.expert_count[static_cast<size_t>(b.topk_expert[i])];
+    b.expert_offset[0] = 0;
+    for (size_t e = 0; e < E; ++e) b.expert_offset[e + 1] = b.expert_offset[e] + b.expert_count[e];
+    std::copy(b.expert_offset.begin(), b.expert_offset.begin() + static_cast<long>(E), b.expert_count.begin());
+    for (size_t t = 0; t < count; ++t)
+      for (size_t slot = 0; slot < K; ++slot) {
+        uint32_t row = b.expert_count[static_cast<size_t>(b.topk_expert[t * K + slot])]++;
+        b.slot_row[t * K + slot] = row;
+        b.row_token[row] = static_cast<uint32_t>(t);
+      }
+    pool_->parallel_for(count * K, [&](size_t row, size_t) {
+      std::memcpy(&b.gathered[row * H], &input[b.row_token[row] * H], H * sizeof(float));
+    });
+  }
+  {
+    StageTimer timer(stats_, Stage::Experts);
+    const size_t threads = pool_->thread_count();
+    // Row blocks per expert matrix: enough tasks to balance the pool, each a stripe of rows.
+    auto build_tasks = [&](size_t rows) {
+      b.tasks.clear();
+      size_t active = 0;
+      for (size_t e = 0; e < E; ++e) active += b.expert_offset[e + 1] > b.expert_offset[e] ? 1 : 0;
+      size_t blocks = std::max<size_t>(1, (4 * threads + active - 1) / std::max<size_t>(active, 1));
+      blocks = std::min(blocks, rows);
+      size_t per = (rows + blocks - 1) / blocks;
+      for (size_t e = 0; e < E; ++e) {
+        if (b.expert_offset[e + 1] == b.expert_offset[e]) continue;
+        for (size_t r0 = 0; r0 < rows; r0 += per)
+          b.tasks.push_back({static_cast<uint32_t>(e), static_cast<uint32_t>(r0), static_cast<uint32_t>(std::min(rows, r0 + per))});
+      }
+    };
+    auto matmul_fn = [&](size_t tokens) { return tokens <= 8 ? kernels_->matmul_rows : kernels_->gemm_rows; };
+    // Phase 1: gate and up stripes, then SiLU(gate)·up on the same stripe.
+    build_tasks(F);
+    pool_->parallel_for(b.tasks.size(), [&](size_t i, size_t) {
+      const ExpertTask task = b.tasks[i];
+      const size_t first = b.expert_offset[task.expert], n = b.expert_offset[task.expert + 1] - first;
+      auto fn = matmul_fn(n);
+      fn(w.experts_gate.matrix(task.expert), w.experts_gate.dtype, w.experts_gate.group_size, H, task.row_begin,
+         task.row_end, &b.gathered[first * H], n, &b.gate[first * F], F);
+      fn(w.experts_up.matrix(task.expert), w.experts_up.dtype, w.experts_up.group_size, H, task.row_begin,
+         task.row_end, &b.gathered[first * H], n, &b.up[first * F], F);
+      for (size_t r = first; r < first + n; ++r)
+        kernels_->silu_mul(&b.gate[r * F + task.row_begin], &b.gate[r * F + task.row_begin], &b.up[r * F + task.row_begin],
+                           task.row_end - task.row_begin);
+    });
+    // Phase 2: down projection stripes over the hidden rows.
+    build_tasks(H);
+    pool_->parallel_for(b.tasks.size(), [&](size_t i, size_t) {
+      const ExpertTask task = b.tasks[i];
+      const size_t first = b.expert_offset[task.expert], n = b.expert_offset[task.expert + 1] - first;
+      matmul_fn(n)(w.experts_down.matrix(task.expert), w.experts_down.dtype, w.experts_down.group_size, F,
+                   task.row_begin, task.row_end, &b.gate[first * F], n, &b.expert_out[first * H], H);
+    });
+    for (size_t e = 0; e < E; ++e)
+      if (b.expert_offset[e + 1] > b.expert_offset[e])
+        stats_.weight_bytes_read += w.experts_gate.matrix_bytes + w.experts_up.matrix_bytes + w.experts_down.matrix_bytes;
+    stats_.expert_activations += count * K;
+  }
+  StageTimer timer(stats_, Stage::Merge);
+  // Weighted merge in slot order per token.
+  pool_->parallel_for(count, [&](size_t t, size_t) {
+    float *out = &output[t * H];
+    std::fill(out, out + H, 0.0f);
+    for (size_t slot = 0; slot < K; ++slot)
+      kernels_->scale_add(out, b.topk_weight[t * K + slot], &b.expert_out[b.slot_row[t * K + slot] * H], H);
+  });
+}
+
+void Session::dense_ffn(const model::WeightMatrix &gate, const model::WeightMatrix &up, const model::WeightMatrix &down,
+                        const float *input, size_t count, float *gate_buf, float *up_buf, float *output) {
+  const size_t F = gate.rows;
+  matmul(gate, 0, input, count, gate_buf, F);
+  matmul(up, 0, input, count, up_buf, F);
+  pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->silu_mul(&gate_buf[t * F], &gate_buf[t * F], &up_buf[t * F], F); });
+  matmul(down, 0, gate_buf, count, output, down.rows);
+}
+
+Error Session::ffn(uint32_t layer, size_t count, const Route *routes, const float *input, float *output) {
+  const model::ModelConfig &c = model_.config();
+  const model::LayerWeights &w = model_.layers()[layer];
+  Buffers &b = *buffers_;
+  const size_t H = c.hidden_size;
+  if (!w.is_moe) {
+    StageTimer timer(stats_, Stage::Experts);
+    dense_ffn(w.dense_gate, w.dense_up, w.dense_down, input, count, b.gate.data(), b.up.data(), output);
+    return {};
+  }
+  // The non-finite guard sits where NaN/Inf would otherwise be routed and spread.
+  if (Error e = guard_non_finite(const_cast<float *>(input), count, H, "MoE input", layer)) return e;
+  if (routes) {
+    for (size_t i = 0; i < count * c.top_k; ++i) {
+      b.topk_expert[i] = routes[i].expert;
+      b.topk_weight[i] = routes[i].weight;
+    }
+  } else {
+    route(w, input, count);
+  }
+  run_experts(w, input, count, output);
+  if (w.shared_gate.present()) {
+    // Qwen2-MoE shared expert: output += sigmoid(shared_expert_gate · x) · SwiGLU_shared(x).
+    StageTimer timer(stats_, Stage::Experts);
+    float *shared = b.expert_out.data();  // free again after the merge
+    dense_ffn(w.shared_gate, w.shared_up, w.shared_down, input, count, b.gate.data(), b.up.data(), shared);
+    if (w.shared_expert_gate.present()) matmul(w.shared_expert_gate, 0, input, count, b.shared_gate_logit.data(), 1);
+    pool_->parallel_for(count, [&](size_t t, size_t) {
+      float g = w.shared_expert_gate.present() ? 1.0f / (1.0f + std::exp(-b.shared_gate_logit[t])) : 1.0f;
+      kernels_->scale_add(&output[t * H], g, &shared[t * H], H);
+    });
+  }
+  return {};
+}
+
+}  // namespace colibri::runtime

@@ -1,0 +1,238 @@
+// core/runtime/session.cpp — session creation, the forward pass (top to bottom, one
+// comment per step), and the shared matmul split. Attention lives in attention.cpp, the
+// MoE block (routing, dispatch, experts, merge) in moe.cpp.
+#include "runtime/session.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "image/dtype_convert.h"
+#include "runtime/buffers.h"
+#include "util/strings.h"
+
+namespace colibri::runtime {
+
+using util::strprintf;
+
+Session::Session(const model::Model &model, const SessionOptions &options) : model_(model), options_(options) {}
+Session::~Session() = default;
+
+std::unique_ptr<Session> Session::create(const model::Model &model, const SessionOptions &options_in, Error *error) {
+  const model::ModelConfig &c = model.config();
+  SessionOptions options = options_in;
+  if (options.context_length == 0)
+    options.context_length = static_cast<uint32_t>(std::min<uint64_t>(c.max_position_embeddings ? c.max_position_embeddings : 4096, 4096));
+  if (options.max_logit_rows == 0) options.max_logit_rows = options.max_sequences;
+  auto invalid = [&](std::string m) {
+    *error = make_error(ErrorKind::InvalidArgument, std::move(m));
+    return nullptr;
+  };
+  if (options.max_sequences == 0 || options.max_sequences > 4096)
+    return invalid(strprintf("max_sequences %u is out of range (1..4096)", options.max_sequences));
+  if (options.max_batch_tokens == 0 || options.max_batch_tokens > 65536)
+    return invalid(strprintf("max_batch_tokens %u is out of range (1..65536)", options.max_batch_tokens));
+  if (options.context_length > (1u << 24))
+    return invalid(strprintf("context_length %u is out of range (1..16777216)", options.context_length));
+  if (options.max_logit_rows > options.max_batch_tokens) options.max_logit_rows = options.max_batch_tokens;
+  if (options.threads > 1024) return invalid(strprintf("threads %zu is out of range (0..1024)", options.threads));
+  double kv_bytes = 2.0 * 4.0 * static_cast<double>(options.max_sequences) * static_cast<double>(c.layer_count) *
+                    static_cast<double>(options.context_length) * static_cast<double>(model.kv_dim());
+  if (kv_bytes > 256.0 * (1ull << 30))
+    return invalid(strprintf("the KV cache would need %.1f GiB (sequences × layers × context × kv width); lower "
+                             "context_length or max_sequences",
+                             kv_bytes / (1ull << 30)));
+
+  std::unique_ptr<Session> s(new Session(model, options));
+  s->kernels_ = options.force_scalar ? &kernels::kernel_table(kernels::Isa::Scalar) : &kernels::default_kernel_table();
+  util::ThreadPoolOptions pool_options;
+  pool_options.thread_count = options.threads;
+  pool_options.pin_threads = options.pin_threads;
+  s->pool_ = std::make_unique<util::ThreadPool>(pool_options);
+  s->buffers_ = std::make_unique<Buffers>(model, options, s->pool_->thread_count());
+  s->logits_.assign(static_cast<size_t>(options.max_logit_rows) * c.vocab_size, 0.0f);
+  s->sequence_lengths_.assign(options.max_sequences, 0);
+  return s;
+}
+
+void Session::reset_sequence(uint32_t sequence) {
+  if (sequence < sequence_lengths_.size()) sequence_lengths_[sequence] = 0;
+}
+
+void Session::reset_all() { std::fill(sequence_lengths_.begin(), sequence_lengths_.end(), 0u); }
+
+Error Session::check_batch(const BatchEntry *entries, size_t count) const {
+  const model::ModelConfig &c = model_.config();
+  if (count == 0) return make_error(ErrorKind::InvalidArgument, "empty batch: give at least one token");
+  if (count > options_.max_batch_tokens)
+    return make_error(ErrorKind::InvalidArgument,
+                      strprintf("batch of %zu tokens exceeds the session's max_batch_tokens %u; split it or create "
+                                "the session with a larger max_batch_tokens",
+                                count, options_.max_batch_tokens));
+  size_t wanted = 0;
+  // Sequence lengths as the batch extends them, entry by entry (a batch may hold a prefill).
+  std::vector<uint32_t> &lengths = buffers_->scratch_lengths;
+  std::vector<uint32_t> &last = buffers_->scratch_last_position;  // last position per sequence in this batch
+  std::copy(sequence_lengths_.begin(), sequence_lengths_.end(), lengths.begin());
+  std::fill(last.begin(), last.end(), kNoPosition);
+  for (size_t i = 0; i < count; ++i) {
+    const BatchEntry &e = entries[i];
+    if (e.sequence >= options_.max_sequences)
+      return make_error(ErrorKind::InvalidArgument, strprintf("entry %zu: sequence %u, but the session has %u slots", i,
+                                                              e.sequence, options_.max_sequences));
+    if (e.token < 0 || static_cast<uint64_t>(e.token) >= c.vocab_size)
+      return make_error(ErrorKind::InvalidArgument, strprintf("entry %zu: token id %d is outside the vocabulary "
+                                                              "(0..%llu)",
+                                                              i, e.token, static_cast<unsigned long long>(c.vocab_size - 1)));
+    if (e.position >= options_.context_length)
+      return make_error(ErrorKind::InvalidArgument,
+                        strprintf("entry %zu: position %u is beyond the context length %u; the sequence is full "
+                                  "(create the session with a larger context_length)",
+                                  i, e.position, options_.context_length));
+    if (e.position > lengths[e.sequence])
+      return make_error(ErrorKind::InvalidArgument,
+                        strprintf("entry %zu: position %u of sequence %u leaves a gap (the sequence has %u tokens)", i,
+                                  e.position, e.sequence, lengths[e.sequence]));
+    if (last[e.sequence] != kNoPosition && e.position != last[e.sequence] + 1)
+      return make_error(ErrorKind::InvalidArgument,
+                        strprintf("entry %zu: position %u of sequence %u does not follow its previous entry in the "
+                                  "batch (position %u); a sequence's entries must be consecutive positions",
+                                  i, e.position, e.sequence, last[e.sequence]));
+    last[e.sequence] = e.position;
+    lengths[e.sequence] = std::max(lengths[e.sequence], e.position + 1);
+    wanted += e.want_logits ? 1 : 0;
+  }
+  if (wanted > options_.max_logit_rows)
+    return make_error(ErrorKind::InvalidArgument, strprintf("%zu entries want logits, the session holds %u rows "
+                                                            "(max_logit_rows)",
+                                                            wanted, options_.max_logit_rows));
+  return {};
+}
+
+Error Session::forward(const BatchEntry *entries, size_t count) {
+  if (Error e = check_batch(entries, count)) return e;
+  const model::ModelConfig &c = model_.config();
+  Buffers &b = *buffers_;
+  const size_t H = c.hidden_size;
+  ++stats_.forward_calls;
+  stats_.tokens += count;
+
+  // 1. Token embeddings into the residual stream x [count, hidden].
+  embed(entries, count);
+
+  for (uint32_t l = 0; l < c.layer_count; ++l) {
+    // 2. Attention block: x += Attention(RMSNorm(x)) (writes this batch's K/V into the cache).
+    attention(l, entries, count);
+    // 3. FFN block: x += FFN(RMSNorm(x)); the FFN is the MoE block or a dense SwiGLU.
+    {
+      StageTimer timer(stats_, Stage::Experts);
+      const float *norm = model_.layers()[l].ffn_norm.data;
+      pool_->parallel_for(count, [&](size_t t, size_t) {
+        kernels_->rmsnorm(&b.xn[t * H], &b.x[t * H], norm, static_cast<float>(c.rms_norm_eps), H);
+      });
+    }
+    if (Error e = ffn(l, count, nullptr, b.xn.data(), b.ffn_out.data())) return e;
+    StageTimer timer(stats_, Stage::Merge);
+    pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->add(&b.x[t * H], &b.x[t * H], &b.ffn_out[t * H], H); });
+  }
+
+  for (size_t i = 0; i < count; ++i)
+    sequence_lengths_[entries[i].sequence] = std::max(sequence_lengths_[entries[i].sequence], entries[i].position + 1);
+
+  // 4. Final norm and LM head for the entries that want logits.
+  size_t rows = 0;
+  for (size_t i = 0; i < count; ++i)
+    if (entries[i].want_logits) b.logit_sources[rows++] = static_cast<uint32_t>(i);
+  logit_rows_ = rows;
+  if (rows) lm_head(rows);
+  return {};
+}
+
+void Session::embed(const BatchEntry *entries, size_t count) {
+  StageTimer timer(stats_, Stage::Embedding);
+  const model::WeightMatrix &e = model_.token_embedding();
+  const size_t H = model_.config().hidden_size;
+  float *x = buffers_->x.data();
+  pool_->parallel_for(count, [&](size_t t, size_t) {
+    const unsigned char *row = e.data + static_cast<uint64_t>(entries[t].token) * e.row_bytes;
+    float *out = x + t * H;
+    switch (e.dtype) {
+      case kernels::DType::F32: std::memcpy(out, row, H * 4); break;
+      case kernels::DType::F16: kernels_->f16_to_f32(reinterpret_cast<const uint16_t *>(row), out, H); break;
+      case kernels::DType::BF16: kernels_->bf16_to_f32(reinterpret_cast<const uint16_t *>(row), out, H); break;
+      case kernels::DType::Q8: image::dequantize_row_q8(row, H, e.group_size, out); break;
+    }
+  });
+  stats_.weight_bytes_read += count * e.row_bytes;
+}
+
+void Session::matmul(const model::WeightMatrix &w, uint64_t index, const float *x, size_t count, float *y,
+                     size_t y_stride) {
+  const unsigned char *weights = w.matrix(index);
+  const size_t rows = w.rows;
+  const size_t blocks = std::min<size_t>(rows, std::max<size_t>(1, pool_->thread_count() * 4));
+  const size_t per_block = (rows + blocks - 1) / blocks;
+  auto fn = count <= 8 ? kernels_->matmul_rows : kernels_->gemm_rows;
+  pool_->parallel_for(blocks, [&](size_t block, size_t) {
+    size_t r0 = block * per_block, r1 = std::min(rows, r0 + per_block);
+    if (r0 < r1) fn(weights, w.dtype, w.group_size, w.cols, r0, r1, x, count, y, y_stride);
+  });
+  stats_.weight_bytes_read += w.matrix_bytes;
+}
+
+void Session::lm_head(size_t rows) {
+  StageTimer timer(stats_, Stage::LmHead);
+  const model::ModelConfig &c = model_.config();
+  Buffers &b = *buffers_;
+  const size_t H = c.hidden_size;
+  const float *norm = model_.output_norm().data;
+  pool_->parallel_for(rows, [&](size_t r, size_t) {
+    kernels_->rmsnorm(&b.xn[r * H], &b.x[b.logit_sources[r] * H], norm, static_cast<float>(c.rms_norm_eps), H);
+  });
+  matmul(model_.output(), 0, b.xn.data(), rows, logits_.data(), c.vocab_size);
+}
+
+Error Session::guard_non_finite(float *rows, size_t count, size_t width, const char *stage, uint32_t layer) {
+  for (size_t t = 0; t < count; ++t) {
+    float *row = rows + t * width;
+    bool finite = true;
+    for (size_t i = 0; i < width && finite; ++i) finite = std::isfinite(row[i]);
+    if (finite) continue;
+    if (options_.non_finite == NonFinitePolicy::Error)
+      return make_error(ErrorKind::NonFinite,
+                        strprintf("a NaN or Inf reached the %s of layer %u (batch row %zu); the input or the weights "
+                                  "are not finite. Check the model with colibri-model verify --deep, or set the "
+                                  "non-finite policy to 'zero' to zero such rows and count them",
+                                  stage, layer, t));
+    std::fill(row, row + width, 0.0f);
+    ++stats_.non_finite_rows;
+  }
+  return {};
+}
+
+Error Session::moe_layer(uint32_t layer, const float *hidden, size_t count, const Route *routes, float *out) {
+  const model::ModelConfig &c = model_.config();
+  if (layer >= c.layer_count)
+    return make_error(ErrorKind::InvalidArgument, strprintf("layer %u does not exist (the model has %llu layers)", layer,
+                                                            static_cast<unsigned long long>(c.layer_count)));
+  if (!model_.layers()[layer].is_moe)
+    return make_error(ErrorKind::InvalidArgument, strprintf("layer %u is a dense layer, not an MoE layer", layer));
+  if (count == 0 || count > options_.max_batch_tokens)
+    return make_error(ErrorKind::InvalidArgument, strprintf("%zu tokens: give 1..%u (the session's max_batch_tokens)",
+                                                            count, options_.max_batch_tokens));
+  if (!hidden || !out) return make_error(ErrorKind::InvalidArgument, "hidden and out must not be null");
+  if (routes) {
+    for (size_t i = 0; i < count * c.top_k; ++i)
+      if (routes[i].expert < 0 || static_cast<uint64_t>(routes[i].expert) >= c.expert_count || !std::isfinite(routes[i].weight))
+        return make_error(ErrorKind::InvalidArgument,
+                          strprintf("route %zu (token %zu): expert %d / weight %g is invalid (experts 0..%llu, finite "
+                                    "weights)",
+                                    i % c.top_k, i / c.top_k, routes[i].expert, static_cast<double>(routes[i].weight),
+                                    static_cast<unsigned long long>(c.expert_count - 1)));
+  }
+  float *input = buffers_->xn.data();
+  std::memcpy(input, hidden, count * c.hidden_size * sizeof(float));
+  return ffn(layer, count, routes, input, out);
+}
+
+}  // namespace colibri::runtime

@@ -1,0 +1,107 @@
+// core/runtime/session.h — a session: one model's KV cache for up to N sequences, the
+// activation arena, the thread pool, and the forward pass over a batch of
+// (sequence, position, token) entries (ARCHITECTURE.md §5).
+//
+// Memory: every buffer is sized at creation from SessionOptions; forward() performs no heap
+// allocation (the tests count). Numerics: fp32 accumulation; results are bitwise identical
+// for any thread count; routing ties go to the lower expert index.
+// Thread safety: a session is used by one thread at a time; the model may be shared.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/cpu/kernels.h"
+#include "model/model.h"
+#include "runtime/stats.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace colibri::runtime {
+
+enum class NonFinitePolicy : uint32_t { Error = 0, Zero = 1 };
+
+struct SessionOptions {
+  uint32_t context_length = 0;       // tokens per sequence; 0 = min(max_position_embeddings, 4096)
+  uint32_t max_sequences = 1;        // sequence slots in the KV cache
+  uint32_t max_batch_tokens = 512;   // entries per forward() call
+  uint32_t max_logit_rows = 0;       // rows of logits per call; 0 = max_sequences
+  size_t threads = 0;                // 0 = all CPUs this process may use
+  bool pin_threads = false;
+  bool force_scalar = false;         // use the scalar kernels (tests, debugging)
+  NonFinitePolicy non_finite = NonFinitePolicy::Error;
+};
+
+// One entry of a batch: token `token` at `position` of sequence slot `sequence`. Positions
+// of a sequence must continue it (0 for a fresh one, or at most its current length).
+struct BatchEntry {
+  uint32_t sequence = 0;
+  uint32_t position = 0;
+  int32_t token = 0;
+  uint32_t want_logits = 0;  // non-zero: compute logits for this entry
+};
+
+// A caller-provided route for the layer-level API: top-k expert ids and weights per token.
+struct Route {
+  int32_t expert;
+  float weight;
+};
+
+class Session {
+ public:
+  static std::unique_ptr<Session> create(const model::Model &model, const SessionOptions &options, Error *error);
+  ~Session();
+
+  // Runs the batch through every layer. Logits of the entries with want_logits are then
+  // available, in entry order, through logits(i) for i < logit_rows().
+  Error forward(const BatchEntry *entries, size_t count);
+  size_t logit_rows() const { return logit_rows_; }
+  const float *logits(size_t row) const { return logits_.data() + row * model_.config().vocab_size; }
+
+  // Forgets a sequence (or all), so its slot starts again at position 0.
+  void reset_sequence(uint32_t sequence);
+  void reset_all();
+  uint32_t sequence_length(uint32_t sequence) const { return sequence_lengths_[sequence]; }
+
+  // Runs layer `layer`'s MoE block (router → top-k → experts → weighted merge, no residual)
+  // on caller hidden states [count, hidden] into out [count, hidden]. With routes non-null
+  // ([count, top_k]), the router is skipped and those experts/weights are used as given.
+  Error moe_layer(uint32_t layer, const float *hidden, size_t count, const Route *routes, float *out);
+
+  const SessionStats &stats() const { return stats_; }
+  void reset_stats() { stats_ = SessionStats{}; }
+  const SessionOptions &options() const { return options_; }
+  const model::Model &model() const { return model_; }
+  kernels::Isa isa() const { return kernels_->isa; }
+  size_t thread_count() const { return pool_->thread_count(); }
+
+ private:
+  Session(const model::Model &model, const SessionOptions &options);
+  struct Buffers;
+
+  Error check_batch(const BatchEntry *entries, size_t count) const;
+  void embed(const BatchEntry *entries, size_t count);
+  void attention(uint32_t layer, const BatchEntry *entries, size_t count);
+  Error ffn(uint32_t layer, size_t count, const Route *routes, const float *input, float *output);
+  Error guard_non_finite(float *rows, size_t count, size_t width, const char *stage, uint32_t layer);
+  void route(const model::LayerWeights &w, const float *input, size_t count);
+  void run_experts(const model::LayerWeights &w, const float *input, size_t count, float *output);
+  void dense_ffn(const model::WeightMatrix &gate, const model::WeightMatrix &up, const model::WeightMatrix &down,
+                 const float *input, size_t count, float *gate_buf, float *up_buf, float *output);
+  // y[t, r] = W[index] · x[t] for every row, split over the pool by row blocks.
+  void matmul(const model::WeightMatrix &w, uint64_t index, const float *x, size_t count, float *y, size_t y_stride);
+  void lm_head(size_t count);
+
+  const model::Model &model_;
+  SessionOptions options_;
+  const kernels::KernelTable *kernels_;
+  std::unique_ptr<util::ThreadPool> pool_;
+  std::unique_ptr<Buffers> buffers_;
+  std::vector<float> logits_;
+  size_t logit_rows_ = 0;
+  std::vector<uint32_t> sequence_lengths_;
+  SessionStats stats_;
+};
+
+}  // namespace colibri::runtime

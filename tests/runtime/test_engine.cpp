@@ -1,0 +1,190 @@
+// tests/runtime/test_engine.cpp — forward-pass properties beyond the oracle: prefill vs
+// decode, multi-sequence batches, routing edge cases, the layer-level MoE entry point, the
+// non-finite guard, and input validation.
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/cpu/kernels.h"
+#include "runtime/oracle_support.h"
+#include "runtime/router.h"
+
+using namespace colibri;
+
+namespace {
+
+std::unique_ptr<runtime::Session> make_session(const model::Model &m, uint32_t sequences = 1, size_t threads = 2,
+                                               runtime::NonFinitePolicy policy = runtime::NonFinitePolicy::Error) {
+  runtime::SessionOptions so;
+  so.context_length = 64;
+  so.max_sequences = sequences;
+  so.max_batch_tokens = 32;
+  so.max_logit_rows = 32;
+  so.threads = threads;
+  so.non_finite = policy;
+  Error err;
+  auto s = runtime::Session::create(m, so, &err);
+  REQUIRE(s);
+  return s;
+}
+
+std::unique_ptr<model::Model> fixture_model(const std::string &name, const std::string &dtype = "f32") {
+  std::string path = testing::convert_fixture(name, dtype);
+  REQUIRE(!path.empty());
+  auto m = testing::load_model(path);
+  REQUIRE(m);
+  return m;
+}
+
+double max_abs_diff(const float *a, const float *b, size_t n) {
+  double d = 0;
+  for (size_t i = 0; i < n; ++i) d = std::max(d, static_cast<double>(std::fabs(a[i] - b[i])));
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("prefill of N tokens in one batch equals N single-token decode steps", "[engine]") {
+  for (const std::string &name : {std::string("qwen2_moe_shared"), std::string("olmoe_clip")}) {
+    auto oc = testing::load_oracle(name);
+    auto m = fixture_model(name);
+    const size_t V = m->config().vocab_size, n = oc.input_ids.size();
+    auto batch_session = make_session(*m);
+    std::vector<runtime::BatchEntry> batch;
+    for (size_t i = 0; i < n; ++i) batch.push_back({0, static_cast<uint32_t>(i), oc.input_ids[i], 1});
+    REQUIRE(batch_session->forward(batch.data(), n).ok());
+    auto step_session = make_session(*m);
+    double worst = 0;
+    for (size_t i = 0; i < n; ++i) {
+      runtime::BatchEntry e{0, static_cast<uint32_t>(i), oc.input_ids[i], 1};
+      REQUIRE(step_session->forward(&e, 1).ok());
+      worst = std::max(worst, max_abs_diff(step_session->logits(0), batch_session->logits(i), V));
+    }
+    WARN(name << ": max |prefill - decode| = " << worst);
+    CHECK(worst <= 1e-5);
+  }
+}
+
+TEST_CASE("a batch of 3 sequences of different lengths equals each sequence run alone", "[engine]") {
+  auto oc = testing::load_oracle("mixtral_gqa");
+  auto m = fixture_model("mixtral_gqa");
+  const size_t V = m->config().vocab_size;
+  const size_t lengths[3] = {5, 3, 9};
+  std::vector<std::vector<int32_t>> prompts(3);
+  for (size_t s = 0; s < 3; ++s)
+    for (size_t i = 0; i < lengths[s]; ++i) prompts[s].push_back(oc.input_ids[(i + 3 * s) % oc.input_ids.size()]);
+  // Interleave the three prompts in one batch; logits at every entry.
+  auto together = make_session(*m, 3);
+  std::vector<runtime::BatchEntry> batch;
+  for (size_t i = 0; i < 9; ++i)
+    for (uint32_t s = 0; s < 3; ++s)
+      if (i < lengths[s]) batch.push_back({s, static_cast<uint32_t>(i), prompts[s][i], 1});
+  REQUIRE(together->forward(batch.data(), batch.size()).ok());
+  for (uint32_t s = 0; s < 3; ++s) {
+    auto alone = make_session(*m, 1);
+    std::vector<runtime::BatchEntry> single;
+    for (size_t i = 0; i < lengths[s]; ++i) single.push_back({0, static_cast<uint32_t>(i), prompts[s][i], 1});
+    REQUIRE(alone->forward(single.data(), single.size()).ok());
+    size_t row = 0;
+    for (size_t j = 0; j < batch.size(); ++j) {
+      if (batch[j].sequence != s) continue;
+      CHECK(max_abs_diff(together->logits(j), alone->logits(row), V) <= 1e-5);
+      ++row;
+    }
+  }
+  // Then one decode step for all three at once, again equal to each alone.
+  CHECK(together->sequence_length(2) == 9);
+}
+
+TEST_CASE("routing: ±5000 logits stay finite, ties go to the lower index, k may equal E", "[engine][router]") {
+  const auto &k = kernels::default_kernel_table();
+  float logits[6] = {5000.0f, -5000.0f, 4999.0f, 5000.0f, -4999.0f, 0.0f};
+  k.softmax(logits, 6);
+  for (float p : logits) CHECK(std::isfinite(p));
+  int32_t ids[6];
+  float weights[6];
+  runtime::select_top_k(logits, 6, 2, true, ids, weights);
+  CHECK(ids[0] == 0);  // experts 0 and 3 tie at the top: lower index first
+  CHECK(ids[1] == 3);
+  CHECK(weights[0] == Approx(0.5f));
+  CHECK(weights[1] == Approx(0.5f));
+
+  float equal[4] = {0.25f, 0.25f, 0.25f, 0.25f};
+  runtime::select_top_k(equal, 4, 3, false, ids, weights);
+  CHECK((ids[0] == 0 && ids[1] == 1 && ids[2] == 2));
+  CHECK(weights[2] == 0.25f);
+
+  float p[4] = {0.1f, 0.4f, 0.2f, 0.3f};
+  runtime::select_top_k(p, 4, 4, true, ids, weights);  // top-k = number of experts
+  CHECK((ids[0] == 1 && ids[1] == 3 && ids[2] == 2 && ids[3] == 0));
+  float sum = weights[0] + weights[1] + weights[2] + weights[3];
+  CHECK(sum == Approx(1.0f));
+}
+
+TEST_CASE("the layer-level MoE entry point: router vs caller routes, one expert for all, unused experts", "[engine][moe]") {
+  auto m = fixture_model("mixtral_gqa");
+  const size_t H = m->config().hidden_size, K = m->config().top_k, E = m->config().expert_count;
+  auto s = make_session(*m);
+  const size_t tokens = 6;
+  std::vector<float> hidden(tokens * H);
+  for (size_t i = 0; i < hidden.size(); ++i) hidden[i] = std::sin(0.37f * static_cast<float>(i));
+  std::vector<float> routed(tokens * H), given(tokens * H), single(H);
+
+  // All tokens choose expert 3 with weight 1 (and expert 5 with weight 0): the other experts
+  // are chosen by no token.
+  std::vector<runtime::Route> routes(tokens * K);
+  for (size_t t = 0; t < tokens; ++t) {
+    routes[t * K] = {3, 1.0f};
+    routes[t * K + 1] = {5, 0.0f};
+  }
+  REQUIRE(s->moe_layer(0, hidden.data(), tokens, routes.data(), given.data()).ok());
+  for (size_t t = 0; t < tokens; ++t) {
+    REQUIRE(s->moe_layer(0, &hidden[t * H], 1, &routes[t * K], single.data()).ok());
+    CHECK(std::memcmp(single.data(), &given[t * H], H * 4) == 0);  // batch-independent, bitwise
+  }
+  // With the model's router: the result is a convex combination of expert outputs, finite,
+  // and differs from the forced route.
+  REQUIRE(s->moe_layer(0, hidden.data(), tokens, nullptr, routed.data()).ok());
+  for (float v : routed) REQUIRE(std::isfinite(v));
+  CHECK(max_abs_diff(routed.data(), given.data(), routed.size()) > 1e-3);
+  // Bad input is refused with a reason.
+  routes[0].expert = static_cast<int32_t>(E);
+  Error bad = s->moe_layer(0, hidden.data(), tokens, routes.data(), given.data());
+  CHECK(bad.kind == ErrorKind::InvalidArgument);
+  CHECK_THAT(bad.message, Catch::Contains("invalid"));
+  CHECK(s->moe_layer(7, hidden.data(), 1, nullptr, given.data()).kind == ErrorKind::InvalidArgument);
+}
+
+TEST_CASE("non-finite guard: policy error reports, policy zero zeroes the row and counts it", "[engine][nonfinite]") {
+  auto m = fixture_model("mixtral_gqa");
+  const size_t H = m->config().hidden_size;
+  std::vector<float> hidden(3 * H, 0.5f), out(3 * H);
+  hidden[H + 7] = std::numeric_limits<float>::quiet_NaN();
+  auto strict = make_session(*m);
+  Error e = strict->moe_layer(1, hidden.data(), 3, nullptr, out.data());
+  CHECK(e.kind == ErrorKind::NonFinite);
+  CHECK_THAT(e.message, Catch::Contains("layer 1") && Catch::Contains("batch row 1"));
+  auto lenient = make_session(*m, 1, 2, runtime::NonFinitePolicy::Zero);
+  REQUIRE(lenient->moe_layer(1, hidden.data(), 3, nullptr, out.data()).ok());
+  CHECK(lenient->stats().non_finite_rows == 1);
+  for (float v : out) CHECK(std::isfinite(v));
+}
+
+TEST_CASE("forward refuses bad batches with a reason", "[engine]") {
+  auto m = fixture_model("mixtral_gqa");
+  auto s = make_session(*m, 2);
+  runtime::BatchEntry bad_token{0, 0, 100000, 1};
+  CHECK_THAT(s->forward(&bad_token, 1).message, Catch::Contains("outside the vocabulary"));
+  runtime::BatchEntry gap{0, 5, 1, 1};
+  CHECK_THAT(s->forward(&gap, 1).message, Catch::Contains("gap"));
+  runtime::BatchEntry far{0, 64, 1, 1};
+  CHECK_THAT(s->forward(&far, 1).message, Catch::Contains("context length"));
+  runtime::BatchEntry slot{5, 0, 1, 1};
+  CHECK_THAT(s->forward(&slot, 1).message, Catch::Contains("slots"));
+  runtime::BatchEntry twice[2] = {{0, 0, 1, 0}, {0, 0, 2, 1}};
+  CHECK_THAT(s->forward(twice, 2).message, Catch::Contains("consecutive"));
+  CHECK(s->forward(nullptr, 0).kind == ErrorKind::InvalidArgument);
+  CHECK(s->sequence_length(0) == 0);  // nothing was committed by the refused calls
+}
