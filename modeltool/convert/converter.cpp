@@ -52,8 +52,13 @@ Error check_options(const ConvertOptions &options) {
   if (options.group_size != 32 && options.group_size != 64)
     return make_error(ErrorKind::InvalidArgument,
                       strprintf("q8 group size %u is not supported (use 32 or 64)", options.group_size));
+  // Fail before the long part, not after it.
+  std::string parent = std::filesystem::path(options.output).parent_path().string();
   struct stat st;
-  if (::stat(options.output.c_str(), &st) == 0) {  // fail before the long part, not after it
+  if (!parent.empty() && (::stat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)))
+    return make_error(ErrorKind::Io, strprintf("cannot write '%s': directory '%s' does not exist",
+                                               options.output.c_str(), parent.c_str()));
+  if (::stat(options.output.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode))
       return make_error(ErrorKind::InvalidArgument,
                         strprintf("output '%s' is a directory; give a file path", options.output.c_str()));
@@ -97,6 +102,24 @@ image::ModelHeaderFields header_fields(const model::ModelConfig &config, const T
     break;
   }
   return fields;
+}
+
+// Every shard goes through XXH3 for the provenance before the image is written (its
+// metadata precedes the weights); on a large checkpoint this takes a while, so it shows.
+Error hash_shards(const SafetensorsCheckpoint &checkpoint, bool show_progress, SourceFiles *files) {
+  uint64_t total = 0, done = 0;
+  for (const auto &shard : checkpoint.shards()) total += shard->file_size();
+  std::optional<Progress> progress;
+  if (show_progress) progress.emplace("hash   ", total);
+  for (size_t i = 0; i < checkpoint.shards().size(); ++i) {
+    const std::string detail = strprintf("shard %zu/%zu", i + 1, checkpoint.shards().size());
+    Error e = files->record(checkpoint.shards()[i]->name(), [&](uint64_t bytes) {
+      if (progress) progress->update(done += bytes, detail);
+    });
+    if (e) return e;
+  }
+  if (progress) progress->finish();
+  return {};
 }
 
 json provenance(const TensorPlan &plan, const SourceFiles &files) {
@@ -177,13 +200,12 @@ Error convert_checkpoint(const ConvertOptions &options, ConvertReport *report) {
   json tokenizer;
   if (Error e = build_tokenizer_metadata(&files, config, &tokenizer)) return e;
   std::vector<std::string> inputs = files.paths();
-  for (const auto &shard : checkpoint.shards()) inputs.push_back(shard.get()->path());
+  for (const auto &shard : checkpoint.shards()) inputs.push_back(shard->path());
   if (!checkpoint.index_file().empty()) inputs.push_back(files.path(checkpoint.index_file()));
   if (Error e = check_output_is_not_an_input(options.output, inputs)) return e;
   if (!checkpoint.index_file().empty())
     if (Error e = files.record(checkpoint.index_file())) return e;
-  for (const auto &shard : checkpoint.shards())
-    if (Error e = files.record(shard->name())) return e;
+  if (Error e = hash_shards(checkpoint, options.progress, &files)) return e;
 
   json metadata = {{"colibri_format", kMetadataFormat},
                    {"model", model_config.to_json()},

@@ -89,13 +89,16 @@ Error SourceFiles::read_json(const std::string &name, nlohmann::json *value, boo
   return {};
 }
 
-Error SourceFiles::record(const std::string &name) {
+Error SourceFiles::record(const std::string &name, const std::function<void(uint64_t)> &on_bytes) {
   int fd;
   if (Error e = open_regular(path(name), &fd)) return e;
   XXH3_state_t *state = XXH3_createState();
   XXH3_64bits_reset(state);
   uint64_t total = 0;
-  Error e = stream_file(fd, path(name), &total, [&](const char *p, size_t n) { XXH3_64bits_update(state, p, n); });
+  Error e = stream_file(fd, path(name), &total, [&](const char *p, size_t n) {
+    XXH3_64bits_update(state, p, n);
+    if (on_bytes) on_bytes(n);
+  });
   ::close(fd);
   if (!e) records_[name] = Record{total, XXH3_64bits_digest(state)};
   XXH3_freeState(state);

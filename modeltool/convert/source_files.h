@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -30,8 +31,9 @@ class SourceFiles {
   Error read_text(const std::string &name, std::string *text, bool *present);
   // As read_text, then parses JSON (no exceptions); a parse error names the file.
   Error read_json(const std::string &name, nlohmann::json *value, bool *present);
-  // Records a large file (a shard) by streaming it through the hash, without keeping it.
-  Error record(const std::string &name);
+  // Records a large file (a shard) by streaming it through the hash, without keeping it;
+  // `on_bytes` (optional) hears of each block hashed.
+  Error record(const std::string &name, const std::function<void(uint64_t bytes)> &on_bytes = {});
 
   // [{"file", "bytes", "xxh3": "0x%016X"}], sorted by file name.
   nlohmann::json provenance() const;

@@ -306,7 +306,7 @@ TEST_CASE("the input may be a file inside the checkpoint directory", "[convert]"
   REQUIRE_FALSE(testing::convert(dir / "hf/model.safetensors", dir / "m.colibri"));
 }
 
-TEST_CASE("--alignment sets the tensor alignment", "[convert]") {
+TEST_CASE("the alignment option sets the tensor alignment", "[convert]") {
   ScopedTempDir dir("align");
   REQUIRE_FALSE(testing::write_synthetic_checkpoint(dir / "hf", SyntheticCheckpointSpec{}));
   modeltool::convert::ConvertOptions options;
@@ -325,7 +325,7 @@ TEST_CASE("--alignment sets the tensor alignment", "[convert]") {
 
 // ---- tokenizer metadata sources -------------------------------------------------------
 
-TEST_CASE("chat templates: named list, chat_template.jinja; special ids from tokenizer_config", "[convert]") {
+TEST_CASE("chat templates from a named list or chat_template.jinja, special ids from tokenizer_config", "[convert]") {
   ScopedTempDir dir("tokenizer");
   REQUIRE_FALSE(testing::write_synthetic_checkpoint(dir / "hf", SyntheticCheckpointSpec{}));
   json tc = json::parse(testing::read_text(dir / "hf/tokenizer_config.json"));
@@ -472,7 +472,7 @@ TEST_CASE("refused: a missing tokenizer.json", "[convert][errors]") {
   CHECK_THAT(e.message, Contains("tokenizer.json' is missing"));
 }
 
-TEST_CASE("an existing output needs --force; an input is never the output", "[convert][errors]") {
+TEST_CASE("an existing output needs --force, and an input is never the output", "[convert][errors]") {
   ScopedTempDir dir("output");
   REQUIRE_FALSE(testing::write_synthetic_checkpoint(dir / "hf", SyntheticCheckpointSpec{}));
   testing::write_text(dir / "m.colibri", "old");

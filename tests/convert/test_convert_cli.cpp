@@ -52,7 +52,8 @@ TEST_CASE("convert: success, and each failure class maps to its exit code", "[co
   CHECK(run({dir / "hf", dir / "m.colibri", "--force", "--alignment", "64", "-q"}) == kExitOk);
   CHECK(testing::open_image(dir / "m.colibri")->header().data_alignment == 64);
 
-  CHECK(run({dir / "nowhere", "-o", dir / "x.colibri"}) == kExitIo);  // no such directory
+  CHECK(run({dir / "nowhere", "-o", dir / "x.colibri"}) == kExitIo);      // no such checkpoint
+  CHECK(run({dir / "hf", "-o", dir / "nowhere/x.colibri"}) == kExitIo);   // no such output directory
 
   testing::SyntheticCheckpointSpec llama = spec;
   llama.config_overrides = {{"architectures", {"LlamaForCausalLM"}}};
