@@ -284,6 +284,10 @@ def write_card(out, cfg, cfg_json, ref, samples, tensors, summ, counts):
           f"linear warm-up {a['warmup']} steps then cosine to {a['min_lr_ratio']}x peak, grad-clip {a['clip']}, "
           f"router aux (load-balancing) loss coef {a['aux_coef']} (output_router_logits during training), fp32 "
           f"training, torch.set_num_threads({a['threads']}), wall-clock budget {a['budget_min']:g} min.")
+        if summ.get("stopped_by_budget"):
+            w(f"- The wall-clock budget cut this run at step {summ['steps']} (2 cores shared with parallel C++ "
+              f"builds). Replay of exactly this run: `tools/train_tiny/train.sh --stop-after {summ['steps']}` "
+              "(same seeds, batches and schedule; float results can differ on other CPUs or library versions).")
         w("- Batches: every epoch, a seeded random shift in [0, ctx) then a seeded permutation of the non-overlapping "
           "ctx-token windows of the concatenated training stream.")
         w(f"- Run: {summ['steps']} of {summ['planned_steps']} steps"
@@ -311,6 +315,17 @@ def write_card(out, cfg, cfg_json, ref, samples, tensors, summ, counts):
     w("|---" * (E + 1) + "|")
     for li, row in enumerate(counts):
         w(f"| {li} | {pct(row)} |")
+    w("")
+    low = [(li, e, 100 * counts[li, e] / counts[li].sum()) for li in range(counts.shape[0]) for e in range(E)
+           if counts[li, e] < 0.01 * counts[li].sum()]
+    if low:
+        w("Experts with under 1% of a layer's assignments on heldout.txt: " +
+          ", ".join(f"layer {li} e{e} ({v:.2f}%)" for li, e, v in low) + ". ")
+    if a.get("aux_mode", "hf") == "hf":
+        w("The load-balancing loss was transformers' `load_balancing_loss_func`, which pools the top-k counts and "
+          "router probabilities of all layers before balancing, so it balances expert *indices summed over layers* "
+          "(the column sums above are close to even) but not each layer. `train.py --aux-mode per-layer` "
+          "balances every layer.")
     w("")
     w("## Samples\n")
     w("Greedy, and sampled with temperature 0.8, top-k 40, `torch.manual_seed(42)` before each `generate`; 48 new "

@@ -52,9 +52,16 @@ def main():
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--aux-coef", type=float, default=0.01)
+    ap.add_argument("--aux-mode", choices=["hf", "per-layer"], default="hf",
+                    help="hf: transformers' load_balancing_loss_func, which pools the expert counts of all "
+                         "layers before balancing (the shipped model); per-layer: the same Switch loss "
+                         "computed for each layer and averaged, which balances every layer")
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--eval-windows", type=int, default=64, help="validation windows of ctx tokens")
     ap.add_argument("--budget-min", type=float, default=38.0, help="wall-clock budget for the training loop")
+    ap.add_argument("--stop-after", type=int, default=0,
+                    help="stop after this many steps (schedule still planned for --steps), as the budget "
+                         "would; --stop-after 430 replays the shipped run, which the budget cut at step 430")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
 
@@ -157,6 +164,17 @@ def main():
         pos += args.batch
         return torch.from_numpy(np.stack([train_ids[i:i + T] for i in idx]))
 
+    E, K = args.experts, args.top_k
+
+    def per_layer_aux(router_logits):
+        tot = 0.0
+        for rl in router_logits:
+            prob = torch.softmax(rl.float(), -1)
+            top = torch.topk(prob, K, dim=-1).indices
+            frac = torch.zeros(E).index_add_(0, top.reshape(-1), torch.ones(top.numel())) / top.shape[0]
+            tot = tot + E * (frac * prob.mean(0)).sum()
+        return tot / len(router_logits)
+
     budget_s = args.budget_min * 60
     best = (float("inf"), -1)
     best_state = None
@@ -170,20 +188,26 @@ def main():
             g["lr"] = lr_at(step)
         x = next_batch()
         o = model(input_ids=x, labels=x)
-        loss = o.loss
+        if args.aux_mode == "per-layer":
+            aux = per_layer_aux(o.router_logits)
+            loss = (o.loss - args.aux_coef * o.aux_loss) + args.aux_coef * aux
+        else:
+            aux = o.aux_loss
+            loss = o.loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         opt.step()
         tokens_seen += x.numel()
         lm = (o.loss - args.aux_coef * o.aux_loss).item()
+        o.aux_loss = aux
         ema = lm if ema is None else 0.98 * ema + 0.02 * lm
         el = time.time() - t0
         if step % 20 == 0:
             log(logf, f"step {step} lr {lr_at(step):.2e} train_lm {lm:.4f} ema {ema:.4f} aux {o.aux_loss.item():.4f} "
                       f"gnorm {gn:.3f} tok/s {tokens_seen/el:.0f} elapsed {el/60:.1f}m")
         last = step == args.steps - 1
-        over = el > budget_s
+        over = el > budget_s or (args.stop_after > 0 and step + 1 >= args.stop_after)
         if (step + 1) % args.eval_every == 0 or last or over:
             vl = evaluate()
             log(logf, f"EVAL step {step+1} val_loss {vl:.4f} val_ppl {math.exp(vl):.2f} train_ema {ema:.4f} "
@@ -193,7 +217,8 @@ def main():
                 best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         if over and not last:
             stopped_by_budget = True
-            log(logf, f"wall-clock budget of {args.budget_min} min reached at step {step+1}; stopping")
+            why = (f"wall-clock budget of {args.budget_min} min" if el > budget_s else "--stop-after")
+            log(logf, f"{why} reached at step {step+1}; stopping")
             break
     train_time = time.time() - t0
     log(logf, f"training done: steps {step+1}, time {train_time/60:.2f} min, best val {best[0]:.4f} at step {best[1]}")
