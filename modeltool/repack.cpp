@@ -53,7 +53,7 @@ Error compress_image(const RepackRequest &r) {
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_nbWorkers, static_cast<int>(workers));  // ignored by single-threaded libzstd
   ZSTD_CCtx_setPledgedSrcSize(cctx, img->file_size());
   std::vector<char> buffer(ZSTD_CStreamOutSize());
-  const unsigned char *base = img->data(image::TensorInfo{});  // offset 0 == start of the mapping
+  const unsigned char *base = img->bytes();
   const uint64_t chunk = 4ull << 20;
   Progress progress("compress", img->file_size());
   Error result;

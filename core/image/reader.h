@@ -63,6 +63,8 @@ class Image {
   const std::vector<TensorInfo> &tensors() const { return tensors_; }
   const TensorInfo *find(std::string_view name) const;
   const unsigned char *data(const TensorInfo &tensor) const { return base_ + tensor.offset; }
+  // The whole file's bytes (the mapping), file_size() long.
+  const unsigned char *bytes() const { return base_; }
   std::string_view metadata_json() const {
     return {reinterpret_cast<const char *>(base_ + header_.metadata_offset), header_.metadata_size};
   }

@@ -111,9 +111,32 @@ std::string optional_string(const nlohmann::json &j, const char *key) {
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &options, Error *error) {
-  auto img = image::Image::open(path, options.image, error);
+  // With a NUMA policy, pages must not be faulted in before the policy is set: open without
+  // MAP_POPULATE, apply the policy, then populate by the warm-up pass.
+  image::OpenOptions open_options = options.image;
+  bool numa = options.numa.mode != util::NumaPolicy::Mode::Off;
+  bool populate_later = numa && open_options.populate;
+  if (numa) open_options.populate = false;
+  auto img = image::Image::open(path, open_options, error);
   if (!img) return nullptr;
-  return from_image(std::move(img), error);
+  std::string report = "off";
+  if (numa) {
+    const auto &h = img->header();
+    uint64_t begin = h.weight_data_offset & ~uint64_t{4095}, bytes = img->file_size() - begin;  // page-aligned
+    if (Error e = util::numa_apply_to_memory(options.numa, img->bytes() + begin, bytes, &report)) {
+      *error = e;
+      return nullptr;
+    }
+  }
+  if (options.warm_up || populate_later) {
+    // Touch one byte per page of the tensor data; the sum keeps the reads from being elided.
+    const unsigned char *base = img->bytes();
+    volatile unsigned char sink = 0;
+    for (uint64_t off = img->header().weight_data_offset; off < img->file_size(); off += 4096) sink = sink + base[off];
+  }
+  auto m = from_image(std::move(img), error);
+  if (m) m->numa_report_ = report;
+  return m;
 }
 
 std::unique_ptr<Model> Model::from_image(std::unique_ptr<image::Image> img, Error *error) {

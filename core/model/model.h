@@ -13,6 +13,7 @@
 #include "kernels/cpu/kernels.h"
 #include "model/config.h"
 #include "util/error.h"
+#include "util/numa.h"
 
 namespace colibri::model {
 
@@ -62,7 +63,9 @@ struct TokenizerInfo {
 };
 
 struct LoadOptions {
-  image::OpenOptions image;
+  image::OpenOptions image;      // populate / advice / mlock / verify-on-open
+  util::NumaPolicy numa;         // placement of the weight pages (applied before they are touched)
+  bool warm_up = false;          // read every weight page once at load (page cache + TLB warm)
 };
 
 class Model {
@@ -78,6 +81,8 @@ class Model {
   const WeightVector &output_norm() const { return output_norm_; }
   const WeightMatrix &output() const { return output_; }  // [vocab, hidden] (token_embd when tied)
   const std::vector<LayerWeights> &layers() const { return layers_; }
+  // What the NUMA policy did at load ("off", "interleave over 2 nodes", ...).
+  const std::string &numa_report() const { return numa_report_; }
 
   uint64_t q_dim() const { return config_.head_count * config_.head_dim; }
   uint64_t kv_dim() const { return config_.kv_head_count * config_.head_dim; }
@@ -92,6 +97,7 @@ class Model {
   WeightMatrix token_embd_, output_;
   WeightVector output_norm_;
   std::vector<LayerWeights> layers_;
+  std::string numa_report_ = "off";
 };
 
 }  // namespace colibri::model

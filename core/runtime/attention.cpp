@@ -50,6 +50,7 @@ void Session::attention(uint32_t layer, const BatchEntry *entries, size_t count)
   const size_t heads = c.head_count, group = c.head_count / c.kv_head_count;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const size_t context = options_.context_length;
+  const bool f16_cache = options_.kv_dtype == KvDtype::F16;
 
   // Normalise the residual stream, then project to q, k, v for the whole batch.
   pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->rmsnorm(&b.xn[t * H], &b.x[t * H], w.attn_norm.data, eps, H); });
@@ -79,10 +80,15 @@ void Session::attention(uint32_t layer, const BatchEntry *entries, size_t count)
     const float theta = static_cast<float>(c.rope_theta);
     for (size_t h = 0; h < heads; ++h) apply_rope(q + h * D, D, entries[t].position, theta);
     for (size_t h = 0; h < c.kv_head_count; ++h) apply_rope(k + h * D, D, entries[t].position, theta);
-    float *kc = b.key_cache(entries[t].sequence, layer, KV, context);
-    float *vc = b.value_cache(entries[t].sequence, layer, KV, context);
-    std::memcpy(kc + entries[t].position * KV, k, KV * sizeof(float));
-    std::memcpy(vc + entries[t].position * KV, v, KV * sizeof(float));
+    size_t key_at = b.kv_offset(entries[t].sequence, layer) + entries[t].position * KV;
+    size_t value_at = key_at + context * KV;
+    if (f16_cache) {
+      kernels_->f32_to_f16(k, &b.kv_cache_f16[key_at], KV);
+      kernels_->f32_to_f16(v, &b.kv_cache_f16[value_at], KV);
+    } else {
+      std::memcpy(&b.kv_cache[key_at], k, KV * sizeof(float));
+      std::memcpy(&b.kv_cache[value_at], v, KV * sizeof(float));
+    }
   });
 
   // Scaled dot-product attention per (token, head) over positions 0..position (causal).
@@ -91,15 +97,27 @@ void Session::attention(uint32_t layer, const BatchEntry *entries, size_t count)
     const size_t t = task / heads, h = task % heads, kvh = h / group;
     const BatchEntry &e = entries[t];
     const float *q = &b.q[t * Q + h * D];
-    const float *kc = b.key_cache(e.sequence, layer, KV, context);
-    const float *vc = b.value_cache(e.sequence, layer, KV, context);
+    const size_t key_at = b.kv_offset(e.sequence, layer) + kvh * D, value_at = key_at + context * KV;
     float *scores = &b.scores[thread * context];
     const size_t n = e.position + 1;
-    for (size_t p = 0; p < n; ++p) scores[p] = kernels_->dot_f32(q, kc + p * KV + kvh * D, D) * scale;
-    kernels_->softmax(scores, n);
     float *out = &b.attn[t * Q + h * D];
     std::fill(out, out + D, 0.0f);
-    for (size_t p = 0; p < n; ++p) kernels_->scale_add(out, scores[p], vc + p * KV + kvh * D, D);
+    if (f16_cache) {
+      float *row = &b.kv_row[thread * 2 * D];
+      for (size_t p = 0; p < n; ++p) {
+        kernels_->f16_to_f32(&b.kv_cache_f16[key_at + p * KV], row, D);
+        scores[p] = kernels_->dot_f32(q, row, D) * scale;
+      }
+      kernels_->softmax(scores, n);
+      for (size_t p = 0; p < n; ++p) {
+        kernels_->f16_to_f32(&b.kv_cache_f16[value_at + p * KV], row, D);
+        kernels_->scale_add(out, scores[p], row, D);
+      }
+    } else {
+      for (size_t p = 0; p < n; ++p) scores[p] = kernels_->dot_f32(q, &b.kv_cache[key_at + p * KV], D) * scale;
+      kernels_->softmax(scores, n);
+      for (size_t p = 0; p < n; ++p) kernels_->scale_add(out, scores[p], &b.kv_cache[value_at + p * KV], D);
+    }
   });
 
   // Output projection and residual.

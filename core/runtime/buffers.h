@@ -27,7 +27,9 @@ struct Session::Buffers {
   std::vector<float> attn;     // [N, q_dim] attention output before o_proj
   std::vector<float> ffn_out;  // [N, hidden]
   std::vector<float> scores;   // [P, context] attention scores per thread
-  std::vector<float> kv_cache; // [sequences, layers, 2, context, kv_dim]
+  std::vector<float> kv_cache;         // [sequences, layers, 2, context, kv_dim] (KvDtype::F32)
+  std::vector<uint16_t> kv_cache_f16;  // same layout, f16 (KvDtype::F16)
+  std::vector<float> kv_row;           // [P, 2, head_dim] a cache row converted to f32 (F16 only)
   // MoE
   std::vector<float> router_logits;       // [N, E]
   std::vector<int32_t> topk_expert;       // [N, K]
@@ -62,7 +64,12 @@ struct Session::Buffers {
     scores.assign(threads * o.context_length, 0.0f);
     kv_layer_stride = 2ull * o.context_length * m.kv_dim();
     kv_sequence_stride = kv_layer_stride * c.layer_count;
-    kv_cache.assign(kv_sequence_stride * o.max_sequences, 0.0f);
+    if (o.kv_dtype == KvDtype::F16) {
+      kv_cache_f16.assign(kv_sequence_stride * o.max_sequences, 0);
+      kv_row.assign(threads * 2 * c.head_dim, 0.0f);
+    } else {
+      kv_cache.assign(kv_sequence_stride * o.max_sequences, 0.0f);
+    }
     router_logits.assign(N * E, 0.0f);
     topk_expert.assign(N * K, 0);
     topk_weight.assign(N * K, 0.0f);
@@ -82,11 +89,10 @@ struct Session::Buffers {
     scratch_last_position.assign(o.max_sequences, 0);
   }
 
-  float *key_cache(uint32_t sequence, uint32_t layer, size_t kv_dim, size_t context) {
-    return kv_cache.data() + sequence * kv_sequence_stride + layer * kv_layer_stride;
-  }
-  float *value_cache(uint32_t sequence, uint32_t layer, size_t kv_dim, size_t context) {
-    return key_cache(sequence, layer, kv_dim, context) + context * kv_dim;
+  // Element offset of the key block of (sequence, layer); the value block follows it after
+  // context · kv_dim elements.
+  size_t kv_offset(uint32_t sequence, uint32_t layer) const {
+    return sequence * kv_sequence_stride + layer * kv_layer_stride;
   }
 };
 

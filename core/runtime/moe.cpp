@@ -16,8 +16,11 @@
 #include "runtime/buffers.h"
 #include "runtime/router.h"
 #include "runtime/session.h"
+#include "util/strings.h"
 
 namespace colibri::runtime {
+
+using util::strprintf;
 
 void Session::route(const model::LayerWeights &w, const float *input, size_t count) {
   const model::ModelConfig &c = model_.config();
@@ -33,7 +36,8 @@ void Session::route(const model::LayerWeights &w, const float *input, size_t cou
     select_top_k(&b.router_logits[t * E], E, K, c.norm_topk_prob, &b.topk_expert[t * K], &b.topk_weight[t * K]);
 }
 
-void Session::run_experts(const model::LayerWeights &w, const float *input, size_t count, float *output) {
+Error Session::run_experts(uint32_t layer, const model::LayerWeights &w, const float *input, size_t count,
+                           float *output) {
   const model::ModelConfig &c = model_.config();
   Buffers &b = *buffers_;
   const size_t E = c.expert_count, K = c.top_k, H = c.hidden_size, F = c.expert_ffn_size;
@@ -55,7 +59,20 @@ void Session::run_experts(const model::LayerWeights &w, const float *input, size
       std::memcpy(&b.gathered[row * H], &input[b.row_token[row] * H], H * sizeof(float));
     });
   }
-  {
+  if (expert_hook_.fn) {
+    // The caller computes each active expert on its gathered rows, on this thread.
+    StageTimer timer(stats_, Stage::Experts);
+    for (size_t e = 0; e < E; ++e) {
+      const size_t first = b.expert_offset[e], n = b.expert_offset[e + 1] - first;
+      if (n == 0) continue;
+      int32_t rc = expert_hook_.fn(expert_hook_.user, layer, static_cast<uint32_t>(e), &b.gathered[first * H], n, H,
+                                   &b.expert_out[first * H]);
+      if (rc != 0)
+        return make_error(ErrorKind::InvalidArgument,
+                          strprintf("the expert function returned %d for layer %u, expert %zu", rc, layer, e));
+    }
+    stats_.expert_activations += count * K;
+  } else {
     StageTimer timer(stats_, Stage::Experts);
     const size_t threads = pool_->thread_count();
     // Row blocks per expert matrix: enough tasks to balance the pool, each a stripe of rows.
@@ -108,6 +125,7 @@ void Session::run_experts(const model::LayerWeights &w, const float *input, size
     for (size_t slot = 0; slot < K; ++slot)
       kernels_->scale_add(out, b.topk_weight[t * K + slot], &b.expert_out[b.slot_row[t * K + slot] * H], H);
   });
+  return {};
 }
 
 void Session::dense_ffn(const model::WeightMatrix &gate, const model::WeightMatrix &up, const model::WeightMatrix &down,
@@ -139,7 +157,7 @@ Error Session::ffn(uint32_t layer, size_t count, const Route *routes, const floa
   } else {
     route(w, input, count);
   }
-  run_experts(w, input, count, output);
+  if (Error e = run_experts(layer, w, input, count, output)) return e;
   if (w.shared_gate.present()) {
     // Qwen2-MoE shared expert: output += sigmoid(shared_expert_gate · x) · SwiGLU_shared(x).
     StageTimer timer(stats_, Stage::Experts);

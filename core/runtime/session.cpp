@@ -3,6 +3,8 @@
 // MoE block (routing, dispatch, experts, merge) in moe.cpp.
 #include "runtime/session.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -36,7 +38,7 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
     return invalid(strprintf("context_length %u is out of range (1..16777216)", options.context_length));
   if (options.max_logit_rows > options.max_batch_tokens) options.max_logit_rows = options.max_batch_tokens;
   if (options.threads > 1024) return invalid(strprintf("threads %zu is out of range (0..1024)", options.threads));
-  double kv_bytes = 2.0 * 4.0 * static_cast<double>(options.max_sequences) * static_cast<double>(c.layer_count) *
+  double kv_bytes = 2.0 * (options.kv_dtype == KvDtype::F16 ? 2.0 : 4.0) * static_cast<double>(options.max_sequences) * static_cast<double>(c.layer_count) *
                     static_cast<double>(options.context_length) * static_cast<double>(model.kv_dim());
   if (kv_bytes > 256.0 * (1ull << 30))
     return invalid(strprintf("the KV cache would need %.1f GiB (sequences × layers × context × kv width); lower "
@@ -45,10 +47,25 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
 
   std::unique_ptr<Session> s(new Session(model, options));
   s->kernels_ = options.force_scalar ? &kernels::kernel_table(kernels::Isa::Scalar) : &kernels::default_kernel_table();
+  if (options.kv_dtype != KvDtype::F32 && options.kv_dtype != KvDtype::F16)
+    return invalid("kv_dtype must be F32 or F16");
   util::ThreadPoolOptions pool_options;
   pool_options.thread_count = options.threads;
   pool_options.pin_threads = options.pin_threads;
-  s->pool_ = std::make_unique<util::ThreadPool>(pool_options);
+  if (options.numa.mode == util::NumaPolicy::Mode::Bind) {
+    // Workers inherit the creating thread's CPU set: bind it to the node while they start,
+    // then give the caller its own CPU set back.
+    cpu_set_t saved;
+    bool have_saved = sched_getaffinity(0, sizeof saved, &saved) == 0;
+    if (Error e = util::numa_apply_to_thread(options.numa)) {
+      *error = e;
+      return nullptr;
+    }
+    s->pool_ = std::make_unique<util::ThreadPool>(pool_options);
+    if (have_saved) sched_setaffinity(0, sizeof saved, &saved);
+  } else {
+    s->pool_ = std::make_unique<util::ThreadPool>(pool_options);
+  }
   s->buffers_ = std::make_unique<Buffers>(model, options, s->pool_->thread_count());
   s->logits_.assign(static_cast<size_t>(options.max_logit_rows) * c.vocab_size, 0.0f);
   s->sequence_lengths_.assign(options.max_sequences, 0);

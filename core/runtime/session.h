@@ -16,11 +16,13 @@
 #include "model/model.h"
 #include "runtime/stats.h"
 #include "util/error.h"
+#include "util/numa.h"
 #include "util/thread_pool.h"
 
 namespace colibri::runtime {
 
 enum class NonFinitePolicy : uint32_t { Error = 0, Zero = 1 };
+enum class KvDtype : uint32_t { F32 = 0, F16 = 1 };
 
 struct SessionOptions {
   uint32_t context_length = 0;       // tokens per sequence; 0 = min(max_position_embeddings, 4096)
@@ -31,6 +33,8 @@ struct SessionOptions {
   bool pin_threads = false;
   bool force_scalar = false;         // use the scalar kernels (tests, debugging)
   NonFinitePolicy non_finite = NonFinitePolicy::Error;
+  KvDtype kv_dtype = KvDtype::F32;   // F16 halves the cache; keys/values are rounded on write
+  util::NumaPolicy numa;             // bind:N runs the pool's threads on node N's CPUs
 };
 
 // One entry of a batch: token `token` at `position` of sequence slot `sequence`. Positions
@@ -46,6 +50,19 @@ struct BatchEntry {
 struct Route {
   int32_t expert;
   float weight;
+};
+
+// Optional per-expert compute hook (the C API's colibri_expert_fn). When fn is set, the
+// routed experts of every MoE layer are computed by calling it once per active expert, on
+// the thread that called forward()/moe_layer(), in ascending expert order, with the expert's
+// gathered rows rows_in [row_count, hidden]; it writes rows_out [row_count, hidden] (before
+// the routing weight). Routing, dispatch, the weighted merge, shared experts and dense layers
+// stay built in. A non-zero return abandons the pass with an InvalidArgument error naming
+// the layer, the expert and the returned value.
+struct ExpertHook {
+  int32_t (*fn)(void *user, uint32_t layer, uint32_t expert, const float *rows_in, size_t row_count,
+                size_t hidden, float *rows_out) = nullptr;
+  void *user = nullptr;
 };
 
 class Session {
@@ -69,6 +86,9 @@ class Session {
   // ([count, top_k]), the router is skipped and those experts/weights are used as given.
   Error moe_layer(uint32_t layer, const float *hidden, size_t count, const Route *routes, float *out);
 
+  // Installs (or, with fn == nullptr, removes) the per-expert compute hook.
+  void set_expert_hook(const ExpertHook &hook) { expert_hook_ = hook; }
+
   const SessionStats &stats() const { return stats_; }
   void reset_stats() { stats_ = SessionStats{}; }
   const SessionOptions &options() const { return options_; }
@@ -86,7 +106,7 @@ class Session {
   Error ffn(uint32_t layer, size_t count, const Route *routes, const float *input, float *output);
   Error guard_non_finite(float *rows, size_t count, size_t width, const char *stage, uint32_t layer);
   void route(const model::LayerWeights &w, const float *input, size_t count);
-  void run_experts(const model::LayerWeights &w, const float *input, size_t count, float *output);
+  Error run_experts(uint32_t layer, const model::LayerWeights &w, const float *input, size_t count, float *output);
   void dense_ffn(const model::WeightMatrix &gate, const model::WeightMatrix &up, const model::WeightMatrix &down,
                  const float *input, size_t count, float *gate_buf, float *up_buf, float *output);
   // y[t, r] = W[index] · x[t] for every row, split over the pool by row blocks.
@@ -102,6 +122,7 @@ class Session {
   size_t logit_rows_ = 0;
   std::vector<uint32_t> sequence_lengths_;
   SessionStats stats_;
+  ExpertHook expert_hook_;
 };
 
 }  // namespace colibri::runtime

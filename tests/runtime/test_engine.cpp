@@ -188,3 +188,56 @@ TEST_CASE("forward refuses bad batches with a reason", "[engine]") {
   CHECK(s->forward(nullptr, 0).kind == ErrorKind::InvalidArgument);
   CHECK(s->sequence_length(0) == 0);  // nothing was committed by the refused calls
 }
+
+TEST_CASE("an f16 KV cache stays close to the f32 cache and keeps the greedy token", "[engine][kv]") {
+  auto oc = testing::load_oracle("qwen3_moe_qknorm");
+  auto m = fixture_model("qwen3_moe_qknorm");
+  const size_t V = m->config().vocab_size, n = oc.input_ids.size();
+  std::vector<float> f32_logits;
+  for (runtime::KvDtype kv : {runtime::KvDtype::F32, runtime::KvDtype::F16}) {
+    runtime::SessionOptions so;
+    so.context_length = 64;
+    so.max_batch_tokens = 32;
+    so.max_logit_rows = 32;
+    so.kv_dtype = kv;
+    Error err;
+    auto s = runtime::Session::create(*m, so, &err);
+    REQUIRE(s);
+    std::vector<runtime::BatchEntry> batch;
+    for (size_t i = 0; i < n; ++i) batch.push_back({0, static_cast<uint32_t>(i), oc.input_ids[i], 1});
+    REQUIRE(s->forward(batch.data(), n).ok());
+    if (kv == runtime::KvDtype::F32) {
+      f32_logits.assign(s->logits(0), s->logits(0) + n * V);
+      continue;
+    }
+    double worst = max_abs_diff(f32_logits.data(), s->logits(0), n * V);
+    WARN("f16 KV cache: max |logit diff| vs f32 cache = " << worst);
+    CHECK(worst > 0.0);   // the cache really is rounded
+    CHECK(worst < 2e-2);
+    const float *last = s->logits(n - 1);
+    CHECK(std::max_element(last, last + V) - last == oc.greedy_tokens[0]);
+  }
+}
+
+TEST_CASE("NUMA policies parse, and apply harmlessly on a single node", "[engine][numa]") {
+  util::NumaPolicy p;
+  REQUIRE(util::parse_numa_policy("bind:0", &p).ok());
+  CHECK(p.mode == util::NumaPolicy::Mode::Bind);
+  CHECK(p.node == 0);
+  REQUIRE(util::parse_numa_policy("interleave", &p).ok());
+  CHECK(util::numa_policy_name(p) == "interleave");
+  CHECK_THAT(util::parse_numa_policy("bind:x", &p).message, Catch::Contains("node must be a number"));
+  CHECK_THAT(util::parse_numa_policy("spread", &p).message, Catch::Contains("off, bind:N, interleave"));
+  std::string path = testing::convert_fixture("mixtral_gqa", "f32");
+  model::LoadOptions lo;
+  lo.numa.mode = util::NumaPolicy::Mode::Interleave;
+  lo.warm_up = true;
+  Error err;
+  auto m = model::Model::load(path, lo, &err);
+  REQUIRE(m);
+  CHECK(!m->numa_report().empty());
+  if (util::numa_node_count() == 1) CHECK_THAT(m->numa_report(), Catch::Contains("nothing to do"));
+  lo.numa = {util::NumaPolicy::Mode::Bind, 999};
+  CHECK_FALSE(model::Model::load(path, lo, &err));
+  CHECK_THAT(err.message, Catch::Contains("bind:999"));
+}

@@ -1,0 +1,266 @@
+// bench/engine_bench.cpp — prefill and decode speed of the CPU engine, with the roofline
+// measured in the same run (ARCHITECTURE.md §9). Prints figures; asserts nothing.
+//
+//   engine_bench --model IMAGE [--threads 2] [--reps 3]
+//   engine_bench --make DIR --dtype f16|q8      (writes the benchmark-shape checkpoint with
+//                the seeded synthetic writer, converts it with colibri-model, then runs)
+//
+// Decode is reported as a percentage of bandwidth / active weight bytes per token, with the
+// bandwidth measured by a read probe on the same thread count right before; prefill as a
+// percentage of the FMA peak measured by a register-only FMA loop on the same threads.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "convert/synthetic_checkpoint.h"
+#include "model/model.h"
+#include "runtime/session.h"
+#include "util/thread_pool.h"
+
+using namespace colibri;
+
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+struct Stats {
+  double median, min, max;
+};
+Stats stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+// STREAM-like read bandwidth: each thread sums its own slice of a 1 GiB buffer.
+double read_bandwidth_gbs(util::ThreadPool &pool) {
+  const size_t bytes = 1ull << 30, n = bytes / sizeof(uint64_t);
+  std::vector<uint64_t> buffer(n, 1);
+  std::vector<uint64_t> sums(pool.thread_count() * 8, 0);
+  std::vector<double> rates;
+  for (int rep = 0; rep < 4; ++rep) {
+    double t0 = now_s();
+    pool.parallel_for(pool.thread_count(), [&](size_t task, size_t) {
+      size_t begin = n * task / pool.thread_count(), end = n * (task + 1) / pool.thread_count();
+      uint64_t a = 0, b = 0, c = 0, d = 0;
+      for (size_t i = begin; i + 4 <= end; i += 4) {
+        a += buffer[i];
+        b += buffer[i + 1];
+        c += buffer[i + 2];
+        d += buffer[i + 3];
+      }
+      sums[task * 8] = a + b + c + d;
+    });
+    double elapsed = now_s() - t0;
+    if (rep > 0) rates.push_back(static_cast<double>(bytes) / elapsed / 1e9);
+  }
+  return stats(rates).median;
+}
+
+// Peak fp32 FMA throughput (GFLOP/s) with AVX2: 10 independent accumulator chains per thread.
+__attribute__((target("avx2,fma"))) float fma_loop(size_t iterations) {
+  __m256 acc[10];
+  for (int i = 0; i < 10; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
+  const __m256 m = _mm256_set1_ps(0.999999f), a = _mm256_set1_ps(1e-7f);
+  for (size_t it = 0; it < iterations; ++it)
+    for (int i = 0; i < 10; ++i) acc[i] = _mm256_fmadd_ps(acc[i], m, a);
+  __m256 s = acc[0];
+  for (int i = 1; i < 10; ++i) s = _mm256_add_ps(s, acc[i]);
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return out[0];
+}
+
+double fma_peak_gflops(util::ThreadPool &pool) {
+  const size_t iterations = 20'000'000;
+  std::vector<float> sink(pool.thread_count() * 16, 0.0f);
+  std::vector<double> rates;
+  for (int rep = 0; rep < 4; ++rep) {
+    double t0 = now_s();
+    pool.parallel_for(pool.thread_count(), [&](size_t task, size_t) { sink[task * 16] = fma_loop(iterations); });
+    double elapsed = now_s() - t0;
+    double flops = 2.0 * 8 * 10 * static_cast<double>(iterations) * static_cast<double>(pool.thread_count());
+    if (rep > 0) rates.push_back(flops / elapsed / 1e9);
+  }
+  return stats(rates).median;
+}
+
+uint64_t matrix_bytes(const model::WeightMatrix &m) { return m.present() ? m.matrix_bytes : 0; }
+
+// Weight bytes one decode token reads (k experts per MoE layer) and its matmul FLOPs.
+void active_per_token(const model::Model &m, uint64_t *bytes, double *flops) {
+  const auto &c = m.config();
+  uint64_t b = m.token_embedding().row_bytes + matrix_bytes(m.output()) + c.hidden_size * 4;
+  double f = 2.0 * static_cast<double>(m.output().rows * m.output().cols);
+  for (const auto &l : m.layers()) {
+    uint64_t attn = matrix_bytes(l.attn_q) + matrix_bytes(l.attn_k) + matrix_bytes(l.attn_v) + matrix_bytes(l.attn_output);
+    uint64_t params = (l.attn_q.rows + l.attn_k.rows + l.attn_v.rows) * c.hidden_size + l.attn_output.rows * l.attn_output.cols;
+    b += attn + 2 * c.hidden_size * 4;
+    if (l.is_moe) {
+      b += matrix_bytes(l.router) + c.top_k * (matrix_bytes(l.experts_gate) + matrix_bytes(l.experts_up) + matrix_bytes(l.experts_down));
+      params += l.router.rows * l.router.cols + c.top_k * 3 * c.expert_ffn_size * c.hidden_size;
+      if (l.shared_gate.present()) {
+        b += matrix_bytes(l.shared_gate) + matrix_bytes(l.shared_up) + matrix_bytes(l.shared_down);
+        params += 3 * l.shared_gate.rows * c.hidden_size;
+      }
+    } else {
+      b += matrix_bytes(l.dense_gate) + matrix_bytes(l.dense_up) + matrix_bytes(l.dense_down);
+      params += 3 * l.dense_gate.rows * c.hidden_size;
+    }
+    f += 2.0 * static_cast<double>(params);
+  }
+  *bytes = b;
+  *flops = f;
+}
+
+std::string make_image(const std::string &dir, const std::string &dtype) {
+  testing::SyntheticCheckpointSpec spec;
+  spec.architecture = "MixtralForCausalLM";
+  spec.vocab = 32000;
+  spec.hidden = 1024;
+  spec.layers = 8;
+  spec.heads = 16;
+  spec.kv_heads = 4;
+  spec.head_dim = 64;
+  spec.experts = 8;
+  spec.top_k = 2;
+  spec.expert_ffn = 2816;
+  spec.dtype = "F16";
+  spec.seed = 7;
+  std::string hf = dir + "/bench-hf";
+  std::string image = dir + "/bench-" + dtype + ".colibri";
+  std::printf("writing the benchmark checkpoint to %s ...\n", hf.c_str());
+  if (Error e = testing::write_synthetic_checkpoint(hf, spec)) {
+    std::fprintf(stderr, "engine_bench: %s\n", e.message.c_str());
+    std::exit(1);
+  }
+  std::string cmd = std::string(COLIBRI_MODEL_EXE) + " convert " + hf + " -o " + image + " --dtype " + dtype + " --force";
+  if (std::system(cmd.c_str()) != 0) std::exit(1);
+  return image;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  std::string model_path, make_dir, dtype = "f16";
+  size_t threads = 2;
+  int reps = 3;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "engine_bench: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--model") model_path = value();
+    else if (a == "--make") make_dir = value();
+    else if (a == "--dtype") dtype = value();
+    else if (a == "--threads") threads = std::strtoull(value().c_str(), nullptr, 10);
+    else if (a == "--reps") reps = std::max(3, std::atoi(value().c_str()));
+    else {
+      std::fprintf(stderr, "usage: engine_bench (--model IMAGE | --make DIR [--dtype f16|q8]) [--threads N] [--reps N]\n");
+      return 2;
+    }
+  }
+  if (model_path.empty() && make_dir.empty()) {
+    std::fprintf(stderr, "engine_bench: give --model IMAGE or --make DIR\n");
+    return 2;
+  }
+  if (model_path.empty()) model_path = make_image(make_dir, dtype);
+
+  Error err;
+  model::LoadOptions lo;
+  lo.image.populate = true;
+  auto m = model::Model::load(model_path, lo, &err);
+  if (!m) {
+    std::fprintf(stderr, "engine_bench: %s\n", err.message.c_str());
+    return 1;
+  }
+  util::ThreadPoolOptions po;
+  po.thread_count = threads;
+  util::ThreadPool probe_pool(po);
+
+  runtime::SessionOptions so;
+  so.context_length = 1024;
+  so.max_batch_tokens = 512;
+  so.threads = threads;
+  auto s = runtime::Session::create(*m, so, &err);
+  if (!s) {
+    std::fprintf(stderr, "engine_bench: %s\n", err.message.c_str());
+    return 1;
+  }
+  uint64_t active_bytes;
+  double flops_per_token;
+  active_per_token(*m, &active_bytes, &flops_per_token);
+  const auto &c = m->config();
+  std::printf("model %s: %s, %llu layers, hidden %llu, %llu experts × %llu (top-%llu), vocab %llu, %s\n", model_path.c_str(),
+              c.family.c_str(), (unsigned long long)c.layer_count, (unsigned long long)c.hidden_size,
+              (unsigned long long)c.expert_count, (unsigned long long)c.expert_ffn_size, (unsigned long long)c.top_k,
+              (unsigned long long)c.vocab_size, kernels::isa_name(s->isa()));
+  std::printf("active weight bytes per token: %.1f MB; matmul GFLOP per token: %.3f; threads %zu\n", active_bytes / 1e6,
+              flops_per_token / 1e9, s->thread_count());
+
+  std::vector<runtime::BatchEntry> batch(512);
+  auto prefill = [&](size_t n) {
+    s->reset_all();
+    for (size_t i = 0; i < n; ++i) batch[i] = {0, static_cast<uint32_t>(i), static_cast<int32_t>((i * 7919) % c.vocab_size), i + 1 == n};
+    double t0 = now_s();
+    if (Error e = s->forward(batch.data(), n)) {
+      std::fprintf(stderr, "engine_bench: %s\n", e.message.c_str());
+      std::exit(1);
+    }
+    return static_cast<double>(n) / (now_s() - t0);
+  };
+  auto decode = [&](size_t n) {
+    s->reset_all();
+    double t0 = now_s();
+    for (size_t i = 0; i < n; ++i) {
+      runtime::BatchEntry e{0, static_cast<uint32_t>(i), static_cast<int32_t>((i * 104729) % c.vocab_size), 1};
+      if (Error fe = s->forward(&e, 1)) {
+        std::fprintf(stderr, "engine_bench: %s\n", fe.message.c_str());
+        std::exit(1);
+      }
+    }
+    return static_cast<double>(n) / (now_s() - t0);
+  };
+
+  double bandwidth = read_bandwidth_gbs(probe_pool);
+  double peak = fma_peak_gflops(probe_pool);
+  std::printf("measured: read bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s (%zu threads)\n\n", bandwidth, peak, threads);
+  std::printf("| test  | t/s median | min | max | roofline |\n|---|---|---|---|---|\n");
+  decode(8);  // warm-up
+  for (size_t n : {128, 512}) {
+    std::vector<double> r;
+    for (int i = 0; i < reps; ++i) r.push_back(prefill(n));
+    Stats st = stats(r);
+    double pct = 100.0 * st.median * flops_per_token / 1e9 / peak;
+    std::printf("| pp%-3zu | %.1f | %.1f | %.1f | %.1f%% of FMA peak |\n", n, st.median, st.min, st.max, pct);
+  }
+  s->reset_stats();
+  for (size_t n : {64, 128}) {
+    std::vector<double> r;
+    for (int i = 0; i < reps; ++i) r.push_back(decode(n));
+    Stats st = stats(r);
+    // KV reads at the mean position: 2 (k, v) · kv_dim · 4 bytes · layers · n/2 positions.
+    double kv = 2.0 * static_cast<double>(m->kv_dim()) * 4 * static_cast<double>(c.layer_count) * static_cast<double>(n) / 2;
+    double roof = bandwidth * 1e9 / (static_cast<double>(active_bytes) + kv);
+    std::printf("| tg%-3zu | %.2f | %.2f | %.2f | %.1f%% of %.2f t/s (bandwidth / active bytes) |\n", n, st.median, st.min,
+                st.max, 100.0 * st.median / roof, roof);
+  }
+  const auto &stt = s->stats();
+  uint64_t total = 0;
+  for (uint64_t ns : stt.stage_ns) total += ns;
+  std::printf("\ndecode profile (%llu tokens):\n", (unsigned long long)stt.tokens);
+  for (size_t i = 0; i < static_cast<size_t>(runtime::Stage::Count); ++i)
+    std::printf("  %-10s %8.3f ms/token  %5.1f%%\n", runtime::kStageNames[i],
+                stt.stage_ns[i] / 1e6 / static_cast<double>(stt.tokens), 100.0 * stt.stage_ns[i] / std::max<uint64_t>(total, 1));
+  std::printf("  weight bytes read per token: %.1f MB\n", stt.weight_bytes_read / 1e6 / static_cast<double>(stt.tokens));
+  return 0;
+}
