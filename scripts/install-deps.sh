@@ -7,7 +7,9 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config clang
   libcxxopts-dev libxxhash-dev libzstd-dev libnuma-dev catch2 nlohmann-json3-dev
+  libpcre2-dev libutf8proc-dev
   zstd xxhash
+  abigail-tools
 )
 
 missing=()

@@ -1,0 +1,103 @@
+// core/tokenizer/chat_template.cpp — the ChatTemplate API over jinja_parse / jinja_eval.
+#include "tokenizer/chat_template.h"
+
+#include <new>
+
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/jinja_eval.h"
+#include "tokenizer/jinja_parse.h"
+#include "util/strings.h"
+
+namespace colibri::tokenizer {
+
+struct ChatTemplate::Impl {
+  jinja::Body body;
+};
+
+ChatTemplate::ChatTemplate(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ChatTemplate::~ChatTemplate() = default;
+
+std::unique_ptr<ChatTemplate> ChatTemplate::parse(std::string_view source, Error *error) {
+  try {
+    auto impl = std::make_unique<Impl>();
+    if (Error e = jinja::parse_template(source, &impl->body)) {
+      *error = std::move(e);
+      return nullptr;
+    }
+    *error = Error();
+    return std::unique_ptr<ChatTemplate>(new ChatTemplate(std::move(impl)));
+  } catch (const std::bad_alloc &) {
+    *error = make_error(ErrorKind::OutOfMemory, "chat template: out of memory while parsing");
+  }
+  return nullptr;
+}
+
+namespace {
+
+jinja::Value from_json(const nlohmann::json &j) {
+  using jinja::Value;
+  switch (j.type()) {
+    case nlohmann::json::value_t::null: return Value::none();
+    case nlohmann::json::value_t::boolean: return Value::from_bool(j.get<bool>());
+    case nlohmann::json::value_t::number_integer:
+    case nlohmann::json::value_t::number_unsigned: return Value::from_int(j.get<int64_t>());
+    case nlohmann::json::value_t::number_float: return Value::from_float(j.get<double>());
+    case nlohmann::json::value_t::string: return Value::from_string(j.get<std::string>());
+    case nlohmann::json::value_t::array: {
+      jinja::ListItems items;
+      for (const auto &item : j) items.push_back(from_json(item));
+      return Value::from_list(std::move(items));
+    }
+    case nlohmann::json::value_t::object: {
+      jinja::DictItems items;
+      for (auto it = j.begin(); it != j.end(); ++it) items.emplace_back(it.key(), from_json(it.value()));
+      return Value::from_dict(std::move(items));
+    }
+    default: return Value::none();
+  }
+}
+
+}  // namespace
+
+Error ChatTemplate::render(const std::vector<ChatMessage> &messages, bool add_generation_prompt,
+                           std::string_view bos_token, std::string_view eos_token, std::string *out) const {
+  return render(messages, add_generation_prompt, bos_token, eos_token, {}, out);
+}
+
+Error ChatTemplate::render(const std::vector<ChatMessage> &messages, bool add_generation_prompt,
+                           std::string_view bos_token, std::string_view eos_token,
+                           const std::vector<ChatVariable> &extra_variables, std::string *out) const {
+  out->clear();
+  try {
+    using jinja::Value;
+    jinja::ListItems message_values;
+    for (const ChatMessage &m : messages) {
+      message_values.push_back(
+          Value::from_dict({{"role", Value::from_string(m.role)}, {"content", Value::from_string(m.content)}}));
+    }
+    std::vector<std::pair<std::string, Value>> globals = {
+        {"messages", Value::from_list(std::move(message_values))},
+        {"add_generation_prompt", Value::from_bool(add_generation_prompt)},
+        {"tools", Value::none()},
+        {"documents", Value::none()},
+    };
+    if (!bos_token.empty()) globals.emplace_back("bos_token", Value::from_string(std::string(bos_token)));
+    if (!eos_token.empty()) globals.emplace_back("eos_token", Value::from_string(std::string(eos_token)));
+    for (const ChatVariable &variable : extra_variables) {
+      const nlohmann::json parsed = nlohmann::json::parse(variable.json_value, nullptr, /*allow_exceptions=*/false);
+      if (parsed.is_discarded()) {
+        return make_error(ErrorKind::InvalidArgument,
+                          util::strprintf("chat template: variable \"%s\" is not valid JSON: %s", variable.name.c_str(),
+                                          variable.json_value.c_str()));
+      }
+      globals.emplace_back(variable.name, from_json(parsed));
+    }
+    return jinja::render(impl_->body, globals, out);
+  } catch (const std::bad_alloc &) {
+    out->clear();
+    return make_error(ErrorKind::OutOfMemory, "chat template: out of memory while rendering");
+  }
+}
+
+}  // namespace colibri::tokenizer

@@ -1,0 +1,81 @@
+// core/tokenizer/chat_template.h — renders a checkpoint's chat template (Jinja) to a prompt.
+//
+// Owns: parsing the `chat_template` string of tokenizer_config.json (the image stores it) and
+// rendering a conversation with it, with the same output as transformers'
+// apply_chat_template(tokenize=False), which renders in a jinja2 ImmutableSandboxedEnvironment
+// with trim_blocks=True and lstrip_blocks=True (transformers/utils/chat_template_utils.py).
+// tests/tokenizer/test_chat_template.cpp compares against committed transformers output.
+//
+// The Jinja subset (what the supported families' templates use, and a little more):
+//   statements   {% if %}/{% elif %}/{% else %}, {% for x in xs [if cond] %} with {% else %},
+//                tuple targets (`for k, v in d.items()`), loop.index/index0/revindex/
+//                revindex0/first/last/length/previtem/nextitem, {% break %}/{% continue %},
+//                {% set x = ... %}, {% set ns.attr = ... %}, {% set x %}...{% endset %},
+//                comments, whitespace control ({%- -%} {{- -}} {#- -#} {%+ +%})
+//   expressions  literals (strings, ints, floats, true/false/none, lists, tuples, dicts),
+//                . and [] access, slices [a:b:c], if/else, or/and/not, == != < <= > >=,
+//                in / not in, + - * / // % **, ~, filters, `is` tests
+//   filters      abs capitalize count d default first float int items join last length list
+//                lower replace reverse safe string title tojson trim upper
+//   tests        defined undefined none string number integer float boolean true false
+//                mapping sequence iterable even odd divisibleby eq equalto ne lower upper
+//   functions    raise_exception(msg), range(), namespace(...), dict(...)
+//   methods      str: strip lstrip rstrip split startswith endswith upper lower title
+//                capitalize replace; dict: items keys values get
+// Anything else ({% macro %}, {% include %}, {% generation %}, strftime_now(), unknown
+// filters, ...) is refused by parse() with a message naming it and its line.
+//
+// Known differences from Python (none matter for the supported families' templates): tuples
+// print as lists ("[1, 2]" not "(1, 2)"); upper/lower/title use single-code-point case
+// mappings ("ß".upper() stays "ß"); repr() of a string escapes only C0 controls and DEL.
+//
+// Thread safety: a parsed ChatTemplate is immutable; render() may run on many threads at once.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "util/error.h"
+
+namespace colibri::tokenizer {
+
+struct ChatMessage {
+  std::string role;     // "system", "user", "assistant", ...
+  std::string content;  // the text of the message
+};
+
+// An extra template variable (e.g. Qwen3's enable_thinking), given as JSON text: "false",
+// "\"text\"", "[{\"type\": \"function\", ...}]".
+struct ChatVariable {
+  std::string name;
+  std::string json_value;
+};
+
+class ChatTemplate {
+ public:
+  // Parses a template. Returns null and sets *error (ErrorKind::Unsupported for a construct
+  // outside the subset, InvalidArgument for a syntax error), naming the line.
+  static std::unique_ptr<ChatTemplate> parse(std::string_view source, Error *error);
+  ~ChatTemplate();
+  ChatTemplate(const ChatTemplate &) = delete;
+  ChatTemplate &operator=(const ChatTemplate &) = delete;
+
+  // Renders `messages` into *out. The template sees `messages` (a list of {role, content}),
+  // `add_generation_prompt`, `bos_token` and `eos_token` (left undefined when empty, as
+  // transformers leaves a token the tokenizer does not have), `tools` and `documents`
+  // (none), and each extra variable. A raise_exception(msg) in the template returns
+  // ErrorKind::InvalidArgument with message exactly msg; other failures name the line.
+  Error render(const std::vector<ChatMessage> &messages, bool add_generation_prompt, std::string_view bos_token,
+               std::string_view eos_token, std::string *out) const;
+  Error render(const std::vector<ChatMessage> &messages, bool add_generation_prompt, std::string_view bos_token,
+               std::string_view eos_token, const std::vector<ChatVariable> &extra_variables, std::string *out) const;
+
+ private:
+  struct Impl;
+  explicit ChatTemplate(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace colibri::tokenizer

@@ -1,0 +1,168 @@
+// tests/tokenizer/test_chat_template.cpp — chat templates render exactly as transformers does.
+//
+// tests/fixtures/tokenizer/chat_<case>.json (tools/oracle/make_fixtures.py) hold each oracle
+// case's conversations rendered by apply_chat_template(tokenize=False) and the ids tokenizers
+// gives the rendering. tests/tokenizer/fixtures/chat_extra.json (make_extra_fixtures.py) holds
+// templates written to exercise the rest of the supported Jinja subset, rendered by the same
+// transformers code.
+#include <string>
+#include <vector>
+
+#include "tokenizer/chat_template.h"
+#include "tokenizer_test_support.h"
+
+using namespace tokenizer_test;
+using colibri::tokenizer::ChatMessage;
+using colibri::tokenizer::ChatTemplate;
+using colibri::tokenizer::ChatVariable;
+
+namespace {
+
+const char *const kCases[] = {"mixtral_gqa", "mixtral_tied_top3", "qwen2_moe_shared", "qwen3_moe_qknorm", "olmoe_clip"};
+
+std::vector<ChatMessage> messages_of(const json &array) {
+  std::vector<ChatMessage> out;
+  for (const json &m : array) out.push_back(ChatMessage{m["role"].get<std::string>(), m["content"].get<std::string>()});
+  return out;
+}
+
+std::string token_or_empty(const json &value) { return value.is_string() ? value.get<std::string>() : std::string(); }
+
+std::unique_ptr<ChatTemplate> parse_ok(const std::string &source) {
+  colibri::Error error;
+  auto tpl = ChatTemplate::parse(source, &error);
+  INFO(error.message);
+  REQUIRE(tpl != nullptr);
+  return tpl;
+}
+
+std::string render_ok(const ChatTemplate &tpl, const std::vector<ChatMessage> &messages, bool add_generation_prompt,
+                      const std::string &bos, const std::string &eos, const std::vector<ChatVariable> &extra = {}) {
+  std::string out;
+  colibri::Error error = tpl.render(messages, add_generation_prompt, bos, eos, extra, &out);
+  INFO(error.message);
+  REQUIRE(error.ok());
+  return out;
+}
+
+colibri::Error parse_error(const std::string &source) {
+  colibri::Error error;
+  CHECK(ChatTemplate::parse(source, &error) == nullptr);
+  return error;
+}
+
+}  // namespace
+
+TEST_CASE("each oracle case's chat template renders every conversation as apply_chat_template does", "[chat]") {
+  for (const char *name : kCases) {
+    const json fixture = json::parse(read_file(source_path(std::string("tests/fixtures/tokenizer/chat_") + name + ".json")));
+    const json config = json::parse(read_file(source_path(fixture["tokenizer_config"].get<std::string>())));
+    auto tpl = parse_ok(config["chat_template"].get<std::string>());
+    const std::string bos = token_or_empty(fixture["bos_token"]);
+    const std::string eos = token_or_empty(fixture["eos_token"]);
+    auto tok = load_tokenizer(std::string("tests/fixtures/oracle/") + name + "/tokenizer.json");
+    REQUIRE(fixture["conversations"].size() == 3);
+    for (const json &conversation : fixture["conversations"]) {
+      INFO(name << ": " << conversation["messages"].dump());
+      const auto messages = messages_of(conversation["messages"]);
+      for (bool generation_prompt : {false, true}) {
+        const std::string key = generation_prompt ? "add_generation_prompt_true" : "add_generation_prompt_false";
+        const std::string rendered = render_ok(*tpl, messages, generation_prompt, bos, eos);
+        CHECK(rendered == conversation[key].get<std::string>());
+        // The rendering's ids: special tokens in a rendered template are tokens.
+        CHECK(encode(*tok, rendered, false, true) == ids_of(conversation[key + "_ids"]));
+      }
+      if (conversation.contains("add_generation_prompt_true_enable_thinking_false")) {
+        CHECK(render_ok(*tpl, messages, true, bos, eos, {ChatVariable{"enable_thinking", "false"}}) ==
+              conversation["add_generation_prompt_true_enable_thinking_false"].get<std::string>());
+      }
+    }
+  }
+}
+
+TEST_CASE("raise_exception in a template returns an error carrying exactly its message", "[chat]") {
+  const json fixture = json::parse(read_file(source_path("tests/fixtures/tokenizer/chat_mixtral_gqa.json")));
+  const json config = json::parse(read_file(source_path(fixture["tokenizer_config"].get<std::string>())));
+  auto tpl = parse_ok(config["chat_template"].get<std::string>());
+  REQUIRE(!fixture["error_conversations"].empty());
+  for (const json &conversation : fixture["error_conversations"]) {
+    std::string out = "stale";
+    colibri::Error error = tpl->render(messages_of(conversation["messages"]), false, "<s>", "</s>", &out);
+    CHECK(error.kind == colibri::ErrorKind::InvalidArgument);
+    CHECK(error.message == conversation["error"].get<std::string>());
+    CHECK(out.empty());
+  }
+}
+
+TEST_CASE("extra templates covering the supported Jinja subset render as transformers does", "[chat]") {
+  const json fixture = json::parse(read_file(source_path("tests/tokenizer/fixtures/chat_extra.json")));
+  REQUIRE(fixture["cases"].size() >= 10);
+  for (const json &c : fixture["cases"]) {
+    INFO(c["name"].get<std::string>() << "\n" << c["template"].get<std::string>());
+    auto tpl = parse_ok(c["template"].get<std::string>());
+    std::vector<ChatVariable> extra;
+    for (auto it = c["variables"].begin(); it != c["variables"].end(); ++it) extra.push_back({it.key(), it.value().dump()});
+    for (const json &render : c["renders"]) {
+      INFO(render["messages"].dump() << " add_generation_prompt=" << render["add_generation_prompt"]);
+      std::string out;
+      colibri::Error error = tpl->render(messages_of(render["messages"]), render["add_generation_prompt"].get<bool>(),
+                                         token_or_empty(c["bos_token"]), token_or_empty(c["eos_token"]), extra, &out);
+      if (render.contains("error")) {
+        CHECK(error.message == render["error"].get<std::string>());
+      } else {
+        INFO(error.message);
+        CHECK(error.ok());
+        CHECK(out == render["output"].get<std::string>());
+      }
+    }
+  }
+}
+
+TEST_CASE("a template needing more than the subset is refused, naming the construct and line", "[chat]") {
+  colibri::Error e = parse_error("{% macro greet(name) %}hi {{ name }}{% endmacro %}");
+  CHECK(e.kind == colibri::ErrorKind::Unsupported);
+  CHECK_THAT(e.message, Catch::Contains("line 1: {% macro %} is not supported"));
+  e = parse_error("a\n{{ strftime_now('%Y') }}");
+  CHECK(e.kind == colibri::ErrorKind::Unsupported);
+  CHECK_THAT(e.message, Catch::Contains("line 2: function \"strftime_now\" is not supported"));
+  e = parse_error("{{ messages | map(attribute='role') | join(',') }}");
+  CHECK_THAT(e.message, Catch::Contains("filter \"map\" is not supported"));
+  e = parse_error("{% include 'other.jinja' %}");
+  CHECK_THAT(e.message, Catch::Contains("{% include %} is not supported"));
+  e = parse_error("{% generation %}x{% endgeneration %}");
+  CHECK_THAT(e.message, Catch::Contains("{% generation %} is not supported"));
+  e = parse_error("{{ x is divisible_by_three }}");
+  CHECK_THAT(e.message, Catch::Contains("test \"divisible_by_three\" is not supported"));
+  e = parse_error("{{ 'a'.format(1) }}");
+  CHECK_THAT(e.message, Catch::Contains("method \".format()\" is not supported"));
+}
+
+TEST_CASE("template syntax errors name the line", "[chat]") {
+  colibri::Error e = parse_error("line one\n{% if x %}unclosed");
+  CHECK(e.kind == colibri::ErrorKind::InvalidArgument);
+  CHECK_THAT(e.message, Catch::Contains("line 2: missing {% elif %} or {% else %} or {% endif %}"));
+  e = parse_error("{{ 'unterminated }}");
+  CHECK_THAT(e.message, Catch::Contains("unterminated string"));
+  e = parse_error("\n\n{% endfor %}");
+  CHECK_THAT(e.message, Catch::Contains("line 3: {% endfor %} without its opening tag"));
+  e = parse_error("{{ (1 + 2 }}");
+  CHECK_THAT(e.message, Catch::Contains("line 1: unbalanced '}'"));
+  e = parse_error("{% if true %}x");
+  CHECK_THAT(e.message, Catch::Contains("missing"));
+  e = parse_error("{{ 1 + }}");
+  CHECK_THAT(e.message, Catch::Contains("unexpected end of tag"));
+}
+
+TEST_CASE("runtime errors name the line: undefined attribute access, bad operands", "[chat]") {
+  auto tpl = parse_ok("ok\n{{ nothing.here }}");
+  std::string out;
+  colibri::Error e = tpl->render({}, false, "", "", &out);
+  CHECK(e.kind == colibri::ErrorKind::InvalidArgument);
+  CHECK(e.message == "chat template: line 2: 'nothing' is undefined");
+  tpl = parse_ok("{{ 'a' + 1 }}");
+  e = tpl->render({}, false, "", "", &out);
+  CHECK(e.message == "chat template: line 1: can only concatenate str (not \"int\") to str");
+  tpl = parse_ok("{{ x }}");
+  e = tpl->render({}, false, "", "", {ChatVariable{"x", "{not json"}}, &out);
+  CHECK_THAT(e.message, Catch::Contains("variable \"x\" is not valid JSON"));
+}
