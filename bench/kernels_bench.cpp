@@ -7,7 +7,9 @@
 //   * prefill: gemm_rows at T=128 in GFLOP/s (and matmul_rows at T=128 for comparison);
 //   * the pool: the cost of an empty parallel_for.
 // for 1 thread and N threads (default 2). Every figure is the median of --runs samples
-// (default 5, minimum 3) after a warm-up, shown with [min..max].
+// (default 5, minimum 3) after a warm-up, shown with [min..max]. Single-thread figures are
+// also given per second of the thread's CPU time: on a shared VM that is what the kernel
+// can do when it runs, while the wall-clock figures include time lost to other load.
 //
 // Usage: kernels_bench [--isa scalar|avx2|avx512] [--threads N] [--runs N] [--quick]
 #include <algorithm>
@@ -19,6 +21,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <time.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -51,6 +55,21 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// CPU time of the calling thread: unlike the wall clock it does not count time the thread
+// spent preempted, so on a shared machine it shows what the kernel itself can do.
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+// Median of samples[1..] (samples[0] is the warm-up).
+double median_after_warmup(std::vector<double> samples) {
+  samples.erase(samples.begin());
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
 std::string format(const Stats &s, const char *unit) {
   char buf[96];
   std::snprintf(buf, sizeof(buf), "%7.1f %s [%.1f..%.1f]", s.median, unit, s.min, s.max);
@@ -73,27 +92,59 @@ struct AlignedBuffer {
 
 // ---- probes --------------------------------------------------------------------------------
 
-uint64_t read_sum(const uint64_t *p, size_t n) {
-  uint64_t a[8] = {};
-  for (size_t i = 0; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) a[j] += p[i + j];
-  return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+// Reads n bytes (a multiple of 8 · 64) as 8 interleaved sequential streams, one 64-byte line
+// from each in turn: the access pattern of a decode tile (8 weight rows at once), so the
+// memory-level parallelism is comparable. Sums 64-bit words so nothing is optimised away.
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) uint64_t read_streams_avx2(const unsigned char *p, size_t n) {
+  const size_t stream = n / 8;
+  __m256i acc[8];
+  for (int s = 0; s < 8; ++s) acc[s] = _mm256_setzero_si256();
+  for (size_t off = 0; off + 64 <= stream; off += 64) {
+    for (int s = 0; s < 8; ++s) {
+      const unsigned char *line = p + s * stream + off;
+      acc[s] = _mm256_add_epi64(acc[s], _mm256_loadu_si256(reinterpret_cast<const __m256i *>(line)));
+      acc[s] = _mm256_add_epi64(acc[s], _mm256_loadu_si256(reinterpret_cast<const __m256i *>(line + 32)));
+    }
+  }
+  __m256i total = acc[0];
+  for (int s = 1; s < 8; ++s) total = _mm256_add_epi64(total, acc[s]);
+  uint64_t lanes[4];
+  _mm256_storeu_si256(reinterpret_cast<__m256i *>(lanes), total);
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+#endif
+
+uint64_t read_streams_portable(const unsigned char *p, size_t n) {
+  const size_t stream = n / 8;
+  uint64_t acc[8] = {};
+  for (size_t off = 0; off + 64 <= stream; off += 64)
+    for (int s = 0; s < 8; ++s) {
+      uint64_t words[8];
+      std::memcpy(words, p + s * stream + off, 64);
+      for (int w = 0; w < 8; ++w) acc[s] += words[w];
+    }
+  return acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
+}
+
+uint64_t read_streams(const unsigned char *p, size_t n) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2")) return read_streams_avx2(p, n);
+#endif
+  return read_streams_portable(p, n);
 }
 
 // GB/s reading `buffer` once, split over the pool's threads.
 double read_bandwidth(ThreadPool &pool, const AlignedBuffer &buffer) {
-  const size_t words = buffer.bytes / 8;
   const size_t threads = pool.thread_count();
+  const size_t slice = buffer.bytes / threads / 512 * 512;
   std::vector<uint64_t> sink(threads);
   const Clock::time_point start = Clock::now();
-  pool.parallel_for(threads, [&](size_t task, size_t) {
-    const size_t begin = words * task / threads, end = words * (task + 1) / threads;
-    sink[task] = read_sum(reinterpret_cast<const uint64_t *>(buffer.data) + begin, end - begin);
-  });
+  pool.parallel_for(threads, [&](size_t task, size_t) { sink[task] = read_streams(buffer.data + task * slice, slice); });
   const double s = seconds_since(start);
   volatile uint64_t keep = 0;
   for (uint64_t v : sink) keep = keep + v;
-  return double(buffer.bytes) / s / 1e9;
+  return double(slice * threads) / s / 1e9;
 }
 
 #if defined(__x86_64__)
@@ -101,10 +152,10 @@ __attribute__((target("avx512f"))) double fma_peak_avx512(size_t iterations) {
   __m512 acc[12];
   for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(float(i));
   const __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-7f);
-  const Clock::time_point start = Clock::now();
+  const double start = thread_cpu_seconds();
   for (size_t it = 0; it < iterations; ++it)
     for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], m, a);
-  const double s = seconds_since(start);
+  const double s = thread_cpu_seconds() - start;
   float out[16];
   __m512 sum = acc[0];
   for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, acc[i]);
@@ -118,10 +169,10 @@ __attribute__((target("avx2,fma"))) double fma_peak_avx2(size_t iterations) {
   __m256 acc[12];
   for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(float(i));
   const __m256 m = _mm256_set1_ps(0.999999f), a = _mm256_set1_ps(1e-7f);
-  const Clock::time_point start = Clock::now();
+  const double start = thread_cpu_seconds();
   for (size_t it = 0; it < iterations; ++it)
     for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], m, a);
-  const double s = seconds_since(start);
+  const double s = thread_cpu_seconds() - start;
   float out[8];
   __m256 sum = acc[0];
   for (int i = 1; i < 12; ++i) sum = _mm256_add_ps(sum, acc[i]);
@@ -177,8 +228,9 @@ Weights make_weights(const KernelTable &k, const Format &f, size_t rows, size_t 
   return w;
 }
 
-// y = W x for `tokens` tokens over all rows, rows split into tasks of 64 over the pool.
-// q8 uses the pre-quantised entry (activations quantised once, as the forward pass does).
+// y = W x for `tokens` tokens over all rows. With one thread: one call over all rows. With
+// more: rows split into tasks of 64 over the pool. q8 uses the pre-quantised entry
+// (activations quantised once, as the forward pass does for the k experts of a token).
 struct MatmulCall {
   const KernelTable &k;
   const Format &f;
@@ -188,22 +240,24 @@ struct MatmulCall {
   float *y;
   bool gemm;
 
+  void rows_range(const void *weights, size_t r0, size_t r1) const {
+    if (f.dtype == DType::Q8) {
+      (gemm ? k.gemm_rows_q8 : k.matmul_rows_q8)(weights, f.group_size, cols, r0, r1, xq, tokens, y, rows);
+    } else {
+      (gemm ? k.gemm_rows : k.matmul_rows)(weights, f.dtype, f.group_size, cols, r0, r1, x, tokens, y, rows);
+    }
+  }
+
   void operator()(ThreadPool &pool, const void *weights) const {
+    if (pool.thread_count() == 1) {
+      rows_range(weights, 0, rows);
+      return;
+    }
     const size_t rows_per_task = 64;
     const size_t tasks = (rows + rows_per_task - 1) / rows_per_task;
-    auto task = [&](size_t t, size_t) {
-      const size_t r0 = t * rows_per_task, r1 = std::min(rows, r0 + rows_per_task);
-      if (f.dtype == DType::Q8) {
-        (gemm ? k.gemm_rows_q8 : k.matmul_rows_q8)(weights, f.group_size, cols, r0, r1, xq, tokens, y, rows);
-      } else {
-        (gemm ? k.gemm_rows : k.matmul_rows)(weights, f.dtype, f.group_size, cols, r0, r1, x, tokens, y, rows);
-      }
-    };
-    if (pool.thread_count() == 1) {
-      for (size_t t = 0; t < tasks; ++t) task(t, 0);
-    } else {
-      pool.parallel_for(tasks, task);
-    }
+    pool.parallel_for(tasks, [&](size_t t, size_t) {
+      rows_range(weights, t * rows_per_task, std::min(rows, (t + 1) * rows_per_task));
+    });
   }
 };
 
@@ -264,15 +318,31 @@ int main(int argc, char **argv) {
 
   std::printf("kernels_bench: isa %s, %zu thread(s) vs 1, medians of %d runs [min..max]\n",
               colibri::kernels::isa_name(k.isa), opt.threads, opt.runs);
+  // Other load on the machine changes every figure here: print it with them.
+  if (FILE *f = std::fopen("/proc/loadavg", "r")) {
+    char line[128] = {};
+    if (std::fgets(line, sizeof(line), f)) std::printf("load average at start: %s", line);
+    std::fclose(f);
+  }
 
   // Probes.
+  double read_gbs[2] = {0, 0};
   {
     AlignedBuffer probe(dram_bytes);
     std::memset(probe.data, 1, probe.bytes);
-    for (ThreadPool *pool : pools) {
-      const Stats s = measure(opt.runs, [&] { return read_bandwidth(*pool, probe); });
-      std::printf("memory read bandwidth, %zu thread(s), %zu MiB: %s\n", pool->thread_count(),
+    for (int p = 0; p < 2; ++p) {
+      std::vector<double> cpu;
+      const Stats s = measure(opt.runs, [&] {
+        const double c0 = thread_cpu_seconds();
+        const double gbs = read_bandwidth(*pools[p], probe);
+        cpu.push_back(double(probe.bytes / 512 * 512) / (thread_cpu_seconds() - c0) / 1e9);
+        return gbs;
+      });
+      read_gbs[p] = s.median;
+      std::printf("memory read bandwidth, %zu thread(s), %zu MiB: %s", pools[p]->thread_count(),
                   dram_bytes >> 20, format(s, "GB/s").c_str());
+      if (p == 0) std::printf("   per CPU-second: %.1f GB/s", median_after_warmup(cpu));
+      std::printf("\n");
     }
   }
 #if defined(__x86_64__)
@@ -280,11 +350,11 @@ int main(int argc, char **argv) {
     const bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2");
     if (avx2) {
       const Stats s = measure(opt.runs, [] { return fma_peak_avx2(20'000'000); });
-      std::printf("fp32 FMA peak, 1 thread, avx2:   %s\n", format(s, "GFLOP/s").c_str());
+      std::printf("fp32 FMA peak, 1 thread, avx2, per CPU-second:   %s\n", format(s, "GFLOP/s").c_str());
     }
     if (avx512) {
       const Stats s = measure(opt.runs, [] { return fma_peak_avx512(20'000'000); });
-      std::printf("fp32 FMA peak, 1 thread, avx512: %s\n", format(s, "GFLOP/s").c_str());
+      std::printf("fp32 FMA peak, 1 thread, avx512, per CPU-second: %s\n", format(s, "GFLOP/s").c_str());
     }
   }
 #endif
@@ -302,10 +372,11 @@ int main(int argc, char **argv) {
 
   const size_t shapes[2][2] = {{2816, 1024}, {1024, 2816}};  // rows x cols
 
-  std::printf("\ndecode: matmul_rows, T=1, GB/s of weight bytes (DRAM: >= %zu MiB of copies round-robin; hot: one copy)\n",
+  std::printf("\ndecode: matmul_rows, T=1, GB/s of weight bytes (DRAM: >= %zu MiB of copies round-robin, %% = of the\n"
+              "read probe with the same thread count; hot: one copy, cache-resident)\n",
               dram_bytes >> 20);
-  std::printf("%-10s %-6s %-30s %-30s %-30s %-30s\n", "rows x cols", "dtype", "DRAM 1 thread", "DRAM N threads",
-              "hot 1 thread", "hot N threads");
+  std::printf("%-10s %-6s %-34s %-34s %-30s %-30s %s\n", "rows x cols", "dtype", "DRAM 1 thread", "DRAM N threads",
+              "hot 1 thread", "hot N threads", "1 thread per CPU-s: DRAM / hot");
   for (const auto &shape : shapes) {
     const size_t rows = shape[0], cols = shape[1];
     for (const Format &f : kFormats) {
@@ -317,29 +388,42 @@ int main(int argc, char **argv) {
       if (f.dtype == DType::Q8) k.quantize_row_q8(x.data(), cols, f.group_size, xq.data());
       const MatmulCall call{k, f, cols, rows, 1, x.data(), xq.data(), y.data(), false};
       std::string cells[4];
+      double cpu_gbs[2] = {0, 0};
       int cell = 0;
       for (bool dram : {true, false}) {
-        for (ThreadPool *pool : pools) {
+        for (int p = 0; p < 2; ++p) {
+          std::vector<double> cpu;
           const Stats s = measure(opt.runs, [&] {
             const size_t calls = dram ? copies : std::max<size_t>(10, (size_t(64) << 20) / one_bytes);
             const Clock::time_point start = Clock::now();
-            for (size_t c = 0; c < calls; ++c) call(*pool, w.copy(dram ? c : 0));
-            return double(one_bytes) * double(calls) / seconds_since(start) / 1e9;
+            const double c0 = thread_cpu_seconds();
+            for (size_t c = 0; c < calls; ++c) call(*pools[p], w.copy(dram ? c : 0));
+            const double bytes = double(one_bytes) * double(calls);
+            cpu.push_back(bytes / (thread_cpu_seconds() - c0) / 1e9);
+            return bytes / seconds_since(start) / 1e9;
           });
-          cells[cell++] = format(s, "GB/s");
+          if (p == 0) cpu_gbs[dram ? 0 : 1] = median_after_warmup(cpu);
+          cells[cell] = format(s, "GB/s");
+          if (dram) {
+            char pct[16];
+            std::snprintf(pct, sizeof(pct), " %3.0f%%", 100.0 * s.median / read_gbs[p]);
+            cells[cell] += pct;
+          }
+          ++cell;
         }
       }
       char shape_name[48];
       std::snprintf(shape_name, sizeof(shape_name), "%zux%zu", rows, cols);
-      std::printf("%-10s %-6s %-30s %-30s %-30s %-30s\n", shape_name, f.name, cells[0].c_str(), cells[1].c_str(),
-                  cells[2].c_str(), cells[3].c_str());
+      std::printf("%-10s %-6s %-34s %-34s %-30s %-30s %.1f / %.1f GB/s\n", shape_name, f.name, cells[0].c_str(),
+                  cells[1].c_str(), cells[2].c_str(), cells[3].c_str(), cpu_gbs[0], cpu_gbs[1]);
     }
   }
 
   const size_t tokens = 128;
-  std::printf("\nprefill: T=%zu, GFLOP/s (2·rows·cols·T per call; weights hot)\n", tokens);
-  std::printf("%-10s %-6s %-30s %-30s %-30s\n", "rows x cols", "dtype", "gemm_rows 1 thread", "gemm_rows N threads",
-              "matmul_rows 1 thread");
+  std::printf("\nprefill: T=%zu, GFLOP/s (2·rows·cols·T per call; weights hot; 1 thread = one call over all rows,\n"
+              "N threads = tasks of 64 rows; matmul_rows = the decode kernel in chunks of 8 tokens, for comparison)\n", tokens);
+  std::printf("%-10s %-6s %-30s %-30s %-30s %s\n", "rows x cols", "dtype", "gemm_rows 1 thread", "gemm_rows N threads",
+              "matmul_rows 1 thread", "1 thread per CPU-s: gemm / matmul");
   for (const auto &shape : shapes) {
     const size_t rows = shape[0], cols = shape[1];
     for (const Format &f : kFormats) {
@@ -352,22 +436,27 @@ int main(int argc, char **argv) {
         for (size_t t = 0; t < tokens; ++t) k.quantize_row_q8(x.data() + t * cols, cols, f.group_size, xq.data() + t * xrow);
       const double flops = 2.0 * double(rows) * double(cols) * double(tokens);
       std::string cells[3];
+      double cpu_gflops[3] = {0, 0, 0};
       int cell = 0;
       for (int variant = 0; variant < 3; ++variant) {
         ThreadPool &pool = variant == 1 ? many : one;
         const MatmulCall call{k, f, cols, rows, tokens, x.data(), xq.data(), y.data(), variant != 2};
+        std::vector<double> cpu;
         const Stats s = measure(opt.runs, [&] {
           const int calls = opt.quick ? 2 : 5;
           const Clock::time_point start = Clock::now();
+          const double c0 = thread_cpu_seconds();
           for (int c = 0; c < calls; ++c) call(pool, w.copy(0));
+          cpu.push_back(flops * calls / (thread_cpu_seconds() - c0) / 1e9);
           return flops * calls / seconds_since(start) / 1e9;
         });
+        cpu_gflops[variant] = median_after_warmup(cpu);
         cells[cell++] = format(s, "GFLOP/s");
       }
       char shape_name[48];
       std::snprintf(shape_name, sizeof(shape_name), "%zux%zu", rows, cols);
-      std::printf("%-10s %-6s %-30s %-30s %-30s\n", shape_name, f.name, cells[0].c_str(), cells[1].c_str(),
-                  cells[2].c_str());
+      std::printf("%-10s %-6s %-30s %-30s %-30s %.1f / %.1f GFLOP/s\n", shape_name, f.name, cells[0].c_str(),
+                  cells[1].c_str(), cells[2].c_str(), cpu_gflops[0], cpu_gflops[2]);
     }
   }
   return 0;

@@ -7,7 +7,9 @@
 // -Wuninitialized reports inside the header (GCC PR 105593); silence it for the header only.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
@@ -24,6 +26,9 @@ namespace {
 struct Simd {
   using F = __m512;
   static constexpr size_t kLanes = 16;
+  // Keeps v in a register: stops the compiler from re-loading it as a memory operand of
+  // every FMA that uses it (which would double the loads of a tile).
+  static void pin(F &v) { asm("" : "+v"(v)); }
   static void prefetch(const char *p) { _mm_prefetch(p, _MM_HINT_T0); }
 
   static __mmask16 tail_mask(size_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
@@ -130,7 +135,7 @@ constexpr int kDecodeRows(int tokens) {
 constexpr int kGemmRows = 4;
 constexpr int kGemmTokens = 6;
 // q8: pairs (rows × tokens) in groups of 8, one ymm of int32 partial sums per pair.
-constexpr int kQ8DecodeRows(int tokens) { return tokens == 1 ? 8 : tokens == 2 ? 4 : tokens <= 4 ? 2 : 1; }
+constexpr int kQ8DecodeRows(int tokens) { return tokens == 1 ? 16 : tokens == 2 ? 4 : tokens <= 4 ? 2 : 1; }
 constexpr int kQ8GemmRows = 4;
 constexpr int kQ8GemmTokens = 4;
 

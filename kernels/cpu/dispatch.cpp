@@ -3,6 +3,10 @@
 #include <cstdio>
 #include <cstdlib>
 
+#if defined(COLIBRI_KERNELS_X86)
+#include <cpuid.h>
+#endif
+
 #include "kernels/cpu/internal.h"
 
 namespace colibri::kernels {
@@ -16,13 +20,20 @@ struct CpuFeatures {
   bool avx512_vnni = false;
 };
 
+#if defined(COLIBRI_KERNELS_X86)
+// CPUID.1:ECX bit 29. (Clang 14's __builtin_cpu_supports does not know "f16c".)
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+#endif
+
 // __builtin_cpu_supports also checks that the OS saves the YMM/ZMM state (XGETBV).
 CpuFeatures probe_cpu() {
   CpuFeatures f;
 #if defined(COLIBRI_KERNELS_X86)
   __builtin_cpu_init();
-  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   f.avx512_vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");

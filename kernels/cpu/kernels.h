@@ -92,8 +92,9 @@ struct KernelTable {
   MatmulFn matmul_rows;
   MatmulQ8Fn matmul_rows_q8;
 
-  // Prefill path (token_count large): register-blocked tiles of rows × tokens with cache
-  // blocking over tokens. Bitwise identical to matmul_rows / matmul_rows_q8.
+  // Prefill path (token_count large): register tiles of rows × tokens (4 × 6 on AVX-512),
+  // row panels kept in L2 and reused by every token tile, k-blocks of a token tile kept in
+  // L1. Bitwise identical to matmul_rows / matmul_rows_q8.
   MatmulFn gemm_rows;
   MatmulQ8Fn gemm_rows_q8;
 

@@ -73,7 +73,7 @@ inline constexpr size_t kWeightPrefetchBytes = 1024;
 template <DType WT>
 struct FloatTile {
   static constexpr size_t kStep = Simd::kLanes;
-  static constexpr size_t kBlockK = 256;
+  static constexpr size_t kBlockK = 1024;
   static constexpr size_t state_floats(int rows, int tokens) { return size_t(rows) * tokens * Simd::kLanes; }
   static constexpr int decode_rows(int tokens) { return kDecodeRows(tokens); }
   static constexpr int kGemmR = kGemmRows;
@@ -104,7 +104,8 @@ struct FloatTile {
         wv[r] = Load::load(w[r] + k);
       }
       for (int t = 0; t < TT; ++t) {
-        const F xv = Simd::load_f32(x[t] + k);
+        F xv = Simd::load_f32(x[t] + k);
+        Simd::pin(xv);
         for (int r = 0; r < R; ++r) acc[r * TT + t] = Simd::madd(wv[r], xv, acc[r * TT + t]);
       }
     }
@@ -205,6 +206,7 @@ inline constexpr size_t kGemmPanelMaxRows = 64;
 template <class Tile>
 void gemm_driver(TileArgs a, size_t rows, size_t tokens) {
   constexpr int R = Tile::kGemmR, TT = Tile::kGemmT;
+  static_assert(Tile::kBlockK % Tile::kStep == 0, "k-blocks must not split a vector step or a q8 block");
   constexpr size_t kMaxTiles = kGemmPanelMaxRows / R;
   constexpr size_t kTileState = Tile::state_floats(R, TT);
   alignas(64) float state[kMaxTiles * kTileState];
@@ -245,7 +247,7 @@ template <Path P>
 void matmul_q8_prequantised(const void *weights, uint32_t group_size, size_t cols, size_t row_begin,
                             size_t row_end, const void *x_q8, size_t token_count, float *y,
                             size_t y_stride) {
-  const size_t w_stride = (cols / group_size) * q8_block_bytes(group_size);
+  const size_t w_stride = (cols / group_size) * block_bytes_q8(group_size);
   TileArgs a{static_cast<const unsigned char *>(weights) + row_begin * w_stride,
              w_stride,
              static_cast<const unsigned char *>(x_q8),
@@ -279,7 +281,7 @@ void matmul_q8_entry(const void *weights, uint32_t group_size, size_t cols, size
 void q8_rows_beyond_stack(const void *weights, uint32_t group_size, size_t cols,
                           size_t row_begin, size_t row_end, const float *x, size_t token_count,
                           float *y, size_t y_stride, unsigned char *buffer, size_t buffer_bytes) {
-  const size_t block_bytes = q8_block_bytes(group_size);
+  const size_t block_bytes = block_bytes_q8(group_size);
   const size_t w_stride = (cols / group_size) * block_bytes;
   const size_t piece_blocks = buffer_bytes / block_bytes;
   const size_t total_blocks = cols / group_size;
@@ -314,7 +316,7 @@ void matmul_q8_from_float(const void *weights, uint32_t group_size, size_t cols,
                           size_t row_begin, size_t row_end, const float *x, size_t token_count,
                           float *y, size_t y_stride) {
   alignas(64) unsigned char buffer[detail::kQ8StackBytes];
-  const size_t x_row_bytes = (cols / group_size) * q8_block_bytes(group_size);
+  const size_t x_row_bytes = (cols / group_size) * block_bytes_q8(group_size);
   if (x_row_bytes > sizeof(buffer)) {
     q8_rows_beyond_stack(weights, group_size, cols, row_begin, row_end, x, token_count, y,
                          y_stride, buffer, sizeof(buffer));

@@ -33,6 +33,9 @@ inline __m256i dot32_epi8(__m256i w_abs, __m256i w_raw, __m256i x) {
 #endif
 }
 
+// How far ahead of the current block each weight row is prefetched.
+inline constexpr size_t kQ8PrefetchBytes = 1024;
+
 // The q8 tile kernel (interface: see "A tile kernel" in matmul_generic.inl). Pairs
 // p = r * TT + t are processed in groups of 8, one fp32 lane per pair.
 template <int GS>
@@ -66,6 +69,7 @@ struct Q8Tile {
       __m256i w_raw[R][kHalves];
       for (int r = 0; r < R; ++r) {
         const unsigned char *row = w + r * a.w_stride;
+        _mm_prefetch(reinterpret_cast<const char *>(row) + kQ8PrefetchBytes, _MM_HINT_T0);
         std::memcpy(&dw[r], row, 4);
         for (int h = 0; h < kHalves; ++h) {
           w_raw[r][h] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(row + 4 + 32 * h));
@@ -139,7 +143,7 @@ inline __m256i quantize8(__m256 v, __m256 scale) {
 void quantize_row_q8_impl(const float *x, size_t cols, uint32_t group_size, void *out) {
   unsigned char *block = static_cast<unsigned char *>(out);
   const __m256 sign_bit = _mm256_set1_ps(-0.0f);
-  for (size_t c0 = 0; c0 < cols; c0 += group_size, block += q8_block_bytes(group_size)) {
+  for (size_t c0 = 0; c0 < cols; c0 += group_size, block += block_bytes_q8(group_size)) {
     __m256 amax = _mm256_setzero_ps();
     __m256 non_finite = _mm256_setzero_ps();  // stays ±0 unless a NaN/Inf is seen
     for (uint32_t i = 0; i < group_size; i += 8) {

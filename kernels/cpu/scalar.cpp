@@ -90,6 +90,7 @@ struct Simd {
     float v[8];
   };
   static constexpr size_t kLanes = 8;
+  static void pin(F &) {}
   static void prefetch(const char *p) { __builtin_prefetch(p); }
 
   static F zero() {
@@ -184,7 +185,7 @@ struct Q8Tile {
 // 0 where x / scale is not a number (scale 0 or NaN).
 void quantize_row_q8_impl(const float *x, size_t cols, uint32_t group_size, void *out) {
   unsigned char *block = static_cast<unsigned char *>(out);
-  for (size_t c0 = 0; c0 < cols; c0 += group_size, block += q8_block_bytes(group_size)) {
+  for (size_t c0 = 0; c0 < cols; c0 += group_size, block += block_bytes_q8(group_size)) {
     float amax = 0.0f;
     bool non_finite = false;
     for (uint32_t i = 0; i < group_size; ++i) {

@@ -12,3 +12,7 @@ struct TileArgs {
 };
 
 inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+// Local copy of kernels.h's q8_block_bytes: an inline function of the public header called
+// here could be emitted with this file's ISA flags and picked by the linker for everyone.
+inline size_t block_bytes_q8(uint32_t group_size) { return 4u + group_size; }
