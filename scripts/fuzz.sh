@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang (+ASan/UBSan) and runs each for SECONDS (default 60),
-# seeded with valid and broken images from make_fuzz_seeds. Fails on any crash or report.
+# Builds the libFuzzer targets with clang (+ASan/UBSan) and runs them, seeded with valid and
+# broken inputs: the image reader for SECONDS (default 60), the safetensors header parser for
+# half that. Fails on any crash or sanitizer report.
 # Usage: scripts/fuzz.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,11 +11,30 @@ flags="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLIBRI_WERROR=ON -DCOLIBRI_FUZZ=ON -DCOLIBRI_BENCH=OFF \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" >/dev/null
-cmake --build build-fuzz -j"$(nproc)" --target fuzz_image_reader make_fuzz_seeds
+cmake --build build-fuzz -j"$(nproc)" --target fuzz_image_reader make_fuzz_seeds fuzz_safetensors
+
+run_fuzzer() {  # binary corpus_dir seconds
+  local log="build-fuzz/$(basename "$1").log" status=0
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 \
+    "$1" "$2" -max_total_time="$3" -max_len=65536 -print_final_stats=1 -artifact_prefix=build-fuzz/ >"$log" 2>&1 ||
+    status=$?
+  # The progress chatter stays in the log; show the verdict and any report.
+  grep -E "^(stat::number_of_executed_runs|stat::new_units_added|==[0-9]+==|SUMMARY|.*runtime error)" "$log" || true
+  if [[ $status -ne 0 ]]; then
+    tail -n 60 "$log"
+    echo "$(basename "$1"): FAILED (exit $status), crash input in build-fuzz/" >&2
+    return "$status"
+  fi
+}
+
 corpus=build-fuzz/corpus/image_reader
 rm -rf "$corpus" && mkdir -p "$corpus"
 ASAN_OPTIONS=detect_leaks=0 build-fuzz/tests/make_fuzz_seeds "$corpus"
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 \
-  build-fuzz/tests/fuzz_image_reader "$corpus" -max_total_time="$seconds" -max_len=65536 -print_final_stats=1 \
-  -artifact_prefix=build-fuzz/
+run_fuzzer build-fuzz/tests/fuzz_image_reader "$corpus" "$seconds"
 echo "fuzz_image_reader: ${seconds}s without a crash"
+
+st_corpus=build-fuzz/corpus/safetensors
+rm -rf "$st_corpus" && mkdir -p "$st_corpus"
+for f in tests/fixtures/oracle/*/model.safetensors; do head -c 65536 "$f" > "$st_corpus/$(basename "$(dirname "$f")").safetensors"; done
+run_fuzzer build-fuzz/tests/convert/fuzz_safetensors "$st_corpus" "$((seconds / 2))"
+echo "fuzz_safetensors: $((seconds / 2))s without a crash"

@@ -41,6 +41,8 @@ struct Session::Buffers {
   std::vector<float> gathered;            // [N·K, hidden] inputs grouped by expert
   std::vector<float> gate, up;            // [N·K, max_ffn]
   std::vector<float> expert_out;          // [N·K, hidden]
+  std::vector<unsigned char> tokens_q8;   // [N, q8 row of hidden] activations quantised once per token
+  std::vector<unsigned char> gathered_q8; // [N·K, q8 row of max(hidden, ffn)] grouped by expert
   std::vector<float> shared_gate_logit;   // [N]
   std::vector<ExpertTask> tasks;          // work list of one phase
   std::vector<uint32_t> logit_sources;    // [N] entry index of each logits row
@@ -81,6 +83,10 @@ struct Session::Buffers {
     gate.assign(N * K * ffn, 0.0f);
     up.assign(N * K * ffn, 0.0f);
     expert_out.assign(N * K * H, 0.0f);
+    // q8 rows are largest with group 32: 36 bytes per 32 values (+1 block of slack).
+    auto q8_row_bound = [](size_t cols) { return (cols / 32 + 1) * 36; };
+    tokens_q8.assign(N * q8_row_bound(H), 0);
+    gathered_q8.assign(N * K * q8_row_bound(std::max<size_t>(H, ffn)), 0);
     shared_gate_logit.assign(N, 0.0f);
     // At most E experts × row blocks per phase; blocks per matrix ≤ 4·threads + 1.
     tasks.reserve(E * (4 * threads + 2) + 8);

@@ -59,6 +59,23 @@ Error Session::run_experts(uint32_t layer, const model::LayerWeights &w, const f
       std::memcpy(&b.gathered[row * H], &input[b.row_token[row] * H], H * sizeof(float));
     });
   }
+  // q8 experts: quantise each token's activations once and share them among its k experts
+  // (bitwise the same as letting every kernel call quantise its own copy).
+  const model::WeightMatrix &gate_w = w.experts_gate, &up_w = w.experts_up, &down_w = w.experts_down;
+  const bool q8_in = !expert_hook_.fn && gate_w.dtype == kernels::DType::Q8 && up_w.dtype == kernels::DType::Q8 &&
+                     gate_w.group_size == up_w.group_size;
+  const bool q8_down = !expert_hook_.fn && down_w.dtype == kernels::DType::Q8;
+  const size_t in_row_q8 = q8_in ? kernels::row_bytes(kernels::DType::Q8, gate_w.group_size, H) : 0;
+  const size_t down_row_q8 = q8_down ? kernels::row_bytes(kernels::DType::Q8, down_w.group_size, F) : 0;
+  if (q8_in) {
+    StageTimer timer(stats_, Stage::Dispatch);
+    pool_->parallel_for(count, [&](size_t t, size_t) {
+      kernels_->quantize_row_q8(&input[t * H], H, gate_w.group_size, &b.tokens_q8[t * in_row_q8]);
+    });
+    pool_->parallel_for(count * K, [&](size_t row, size_t) {
+      std::memcpy(&b.gathered_q8[row * in_row_q8], &b.tokens_q8[b.row_token[row] * in_row_q8], in_row_q8);
+    });
+  }
   if (expert_hook_.fn) {
     // The caller computes each active expert on its gathered rows, on this thread.
     StageTimer timer(stats_, Stage::Experts);
@@ -90,27 +107,45 @@ Error Session::run_experts(uint32_t layer, const model::LayerWeights &w, const f
       }
     };
     auto matmul_fn = [&](size_t tokens) { return tokens <= 8 ? kernels_->matmul_rows : kernels_->gemm_rows; };
+    auto matmul_q8_fn = [&](size_t tokens) { return tokens <= 8 ? kernels_->matmul_rows_q8 : kernels_->gemm_rows_q8; };
     // Phase 1: gate and up stripes, then SiLU(gate)·up on the same stripe.
     build_tasks(F);
     pool_->parallel_for(b.tasks.size(), [&](size_t i, size_t) {
       const ExpertTask task = b.tasks[i];
       const size_t first = b.expert_offset[task.expert], n = b.expert_offset[task.expert + 1] - first;
-      auto fn = matmul_fn(n);
-      fn(w.experts_gate.matrix(task.expert), w.experts_gate.dtype, w.experts_gate.group_size, H, task.row_begin,
-         task.row_end, &b.gathered[first * H], n, &b.gate[first * F], F);
-      fn(w.experts_up.matrix(task.expert), w.experts_up.dtype, w.experts_up.group_size, H, task.row_begin,
-         task.row_end, &b.gathered[first * H], n, &b.up[first * F], F);
+      if (q8_in) {
+        auto fn = matmul_q8_fn(n);
+        fn(gate_w.matrix(task.expert), gate_w.group_size, H, task.row_begin, task.row_end,
+           &b.gathered_q8[first * in_row_q8], n, &b.gate[first * F], F);
+        fn(up_w.matrix(task.expert), up_w.group_size, H, task.row_begin, task.row_end, &b.gathered_q8[first * in_row_q8],
+           n, &b.up[first * F], F);
+      } else {
+        auto fn = matmul_fn(n);
+        fn(gate_w.matrix(task.expert), gate_w.dtype, gate_w.group_size, H, task.row_begin, task.row_end,
+           &b.gathered[first * H], n, &b.gate[first * F], F);
+        fn(up_w.matrix(task.expert), up_w.dtype, up_w.group_size, H, task.row_begin, task.row_end,
+           &b.gathered[first * H], n, &b.up[first * F], F);
+      }
       for (size_t r = first; r < first + n; ++r)
         kernels_->silu_mul(&b.gate[r * F + task.row_begin], &b.gate[r * F + task.row_begin], &b.up[r * F + task.row_begin],
                            task.row_end - task.row_begin);
     });
-    // Phase 2: down projection stripes over the hidden rows.
+    // Phase 2: down projection stripes over the hidden rows (q8: each activation row
+    // quantised once, not once per stripe).
+    if (q8_down)
+      pool_->parallel_for(count * K, [&](size_t row, size_t) {
+        kernels_->quantize_row_q8(&b.gate[row * F], F, down_w.group_size, &b.gathered_q8[row * down_row_q8]);
+      });
     build_tasks(H);
     pool_->parallel_for(b.tasks.size(), [&](size_t i, size_t) {
       const ExpertTask task = b.tasks[i];
       const size_t first = b.expert_offset[task.expert], n = b.expert_offset[task.expert + 1] - first;
-      matmul_fn(n)(w.experts_down.matrix(task.expert), w.experts_down.dtype, w.experts_down.group_size, F,
-                   task.row_begin, task.row_end, &b.gate[first * F], n, &b.expert_out[first * H], H);
+      if (q8_down)
+        matmul_q8_fn(n)(down_w.matrix(task.expert), down_w.group_size, F, task.row_begin, task.row_end,
+                        &b.gathered_q8[first * down_row_q8], n, &b.expert_out[first * H], H);
+      else
+        matmul_fn(n)(down_w.matrix(task.expert), down_w.dtype, down_w.group_size, F, task.row_begin, task.row_end,
+                     &b.gate[first * F], n, &b.expert_out[first * H], H);
     });
     for (size_t e = 0; e < E; ++e)
       if (b.expert_offset[e + 1] > b.expert_offset[e])
