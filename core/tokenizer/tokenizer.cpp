@@ -140,9 +140,15 @@ Error StreamDecoder::push(int32_t id, std::string *out_piece) {
   }
   if (scratch_.size() <= prefix_.size() || ends_with_replacement(scratch_)) return {};
   if (scratch_.compare(0, prefix_.size(), prefix_) != 0) {
-    return make_error(ErrorKind::Internal,
-                      "tokenizer: streaming decode lost its prefix (the decoder chain rewrote earlier text, e.g. a "
-                      "Strip decoder with stop > 0); use decode() on the whole sequence instead");
+    // The new id changed how already emitted text decodes: ByteFallback turns a whole run of
+    // byte tokens into U+FFFDs once the run turns out invalid ("<0xE8><0x8D><0x8D>" streamed
+    // as one character, then "<0x8D>" arrives). Emitted text cannot be taken back, so it
+    // stays; decoding restarts from the ids not yet emitted, as flush() does.
+    window_.erase(window_.begin(), window_.begin() + static_cast<std::ptrdiff_t>(prefix_index_));
+    prefix_.clear();
+    prefix_index_ = 0;
+    if (Error e = tokenizer_->decode(window_.data(), window_.size(), skip_special_, &scratch_)) return e;
+    if (scratch_.empty() || ends_with_replacement(scratch_)) return {};
   }
   out_piece->assign(scratch_, prefix_.size(), std::string::npos);
   const size_t new_prefix_index = window_.size() - prefix_index_;

@@ -184,3 +184,27 @@ TEST_CASE("a byte-fallback run cut short after a whole character streams the cha
   REQUIRE(stream.flush(&piece).ok());
   CHECK(piece == "\xEF\xBF\xBD");
 }
+
+TEST_CASE("a byte run that turns invalid after a whole character keeps streaming, never errors", "[stream]") {
+  // <0xE8><0x8D><0x8D> is "荍"; a following <0x8D> makes the run invalid, and decode() of the
+  // whole run becomes U+FFFDs. The stream keeps what it emitted and continues with the rest
+  // (the case a random model produced in the bindings' tests).
+  auto tok = load_tokenizer(kLlama);
+  const int32_t byte0 = 3;  // <0x00> is id 3 in the fixture tokenizer
+  const int32_t h = tok->token_id("h");  // an ordinary piece ends the byte run
+  REQUIRE(h >= 0);
+  const std::vector<int32_t> ids = {342, byte0 + 0xE8, byte0 + 0x8D, byte0 + 0x8D, byte0 + 0x8D, h,
+                                    byte0 + 0xE8, byte0 + 0x8D, byte0 + 0x8D};
+  StreamDecoder stream(*tok);
+  std::string piece, all;
+  for (int32_t id : ids) {
+    REQUIRE(stream.push(id, &piece).ok());
+    all += piece;
+  }
+  REQUIRE(stream.flush(&piece).ok());
+  all += piece;
+  CHECK(all.rfind("\xE8\x8D\x8D", 0) == 0);  // the first character came out whole
+  CHECK(all.find('h') != std::string::npos);  // and the stream went on after the bad byte
+  CHECK(all.size() >= 3 + 3 + 1 + 3);
+  CHECK(all.find("\xEF\xBF\xBD") != std::string::npos);  // the stray byte became U+FFFD
+}
