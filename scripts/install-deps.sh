@@ -10,6 +10,7 @@ packages=(
   libpcre2-dev libutf8proc-dev
   zstd xxhash
   abigail-tools
+  golang-go bindgen
 )
 
 missing=()

@@ -1,0 +1,3 @@
+module colibri.dev/colibri
+
+go 1.19

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# bindings/run_tests.sh — runs one binding check for ctest (bindings/CMakeLists.txt).
+#
+# Usage: run_tests.sh KIND WORK_DIR LIBRARY MODEL_TOOL ORACLE_DIR
+#   KIND       go-vet | go-test | cargo-test
+#   WORK_DIR   a directory in the build tree: Go's cache and GOPATH, cargo's target dir and
+#              the tests' temporary files go there (nothing is written to $HOME)
+#   LIBRARY    the built libcolibri.so.1;  MODEL_TOOL  the built colibri-model
+#   ORACLE_DIR tests/fixtures/oracle/mixtral_gqa
+# The paths reach the tests as environment variables (COLIBRI_LIB, COLIBRI_MODEL_TOOL,
+# COLIBRI_ORACLE_DIR, COLIBRI_TEST_TMPDIR): test-runner plumbing, not product configuration.
+# Exit 77 (ctest SKIP_RETURN_CODE) when the toolchain is missing.
+set -euo pipefail
+kind=$1 work=$2
+export COLIBRI_LIB=$3 COLIBRI_MODEL_TOOL=$4 COLIBRI_ORACLE_DIR=$5
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$work/tmp" && mkdir -p "$work/tmp"
+export COLIBRI_TEST_TMPDIR="$work/tmp"
+
+skip() {
+  echo "SKIPPED: $1"
+  exit 77
+}
+
+case $kind in
+  go-vet | go-test)
+    command -v go >/dev/null || skip "go not found (Debian package golang-go; scripts/install-deps.sh installs it)"
+    # Offline and self-contained: no module proxy, caches inside the build tree.
+    export GOFLAGS=-mod=mod GOPROXY=off GOSUMDB=off GOTOOLCHAIN=local CGO_ENABLED=1
+    export GOCACHE="$work/go-cache" GOPATH="$work/gopath" GOENV=off
+    cd "$here/go"
+    go version
+    if [[ $kind == go-vet ]]; then
+      go vet ./...
+      unformatted=$(gofmt -l .)
+      if [[ -n $unformatted ]]; then
+        echo "gofmt: these files need formatting: $unformatted"
+        exit 1
+      fi
+      echo "go vet: clean; gofmt: clean"
+    else
+      # -race needs the race runtime (Debian's golang-go ships it for amd64/arm64).
+      race=-race
+      if ! go env GOARCH | grep -qE '^(amd64|arm64)$'; then race=; fi
+      go test $race -count=1 -v ./...
+    fi
+    ;;
+  cargo-test)
+    command -v cargo >/dev/null || skip "cargo not found (install a Rust toolchain: rustup, or Debian's cargo)"
+    export CARGO_TARGET_DIR="$work/cargo-target" CARGO_TERM_COLOR=never
+    cd "$here/rust"
+    cargo --version
+    cargo test --offline --locked 2>&1
+    ;;
+  *)
+    echo "run_tests.sh: unknown kind $kind" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,415 @@
+//! The binding against the real library and an oracle fixture. The ctest wrapper
+//! (bindings/CMakeLists.txt) passes the paths:
+//!
+//!   COLIBRI_LIB         the built libcolibri.so.1
+//!   COLIBRI_MODEL_TOOL  the built colibri-model (converts the oracle fixture)
+//!   COLIBRI_ORACLE_DIR  tests/fixtures/oracle/mixtral_gqa (default: found from the crate)
+//!   COLIBRI_TEST_TMPDIR where to write the converted image (default: cargo's CARGO_TARGET_TMPDIR)
+//!
+//! Without COLIBRI_LIB / COLIBRI_MODEL_TOOL every test here returns early with a message.
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread;
+
+use colibri::{
+    DetokenizeFlags, Error, GenerateOptions, Library, LogLevel, Model, ModelOptions, SamplerOptions, Session,
+    SessionOptions, Status, TokenizeFlags,
+};
+
+struct Fixture {
+    lib: Arc<Library>,
+    image: PathBuf,
+    dir: PathBuf,
+    prompt_text: String,
+    input_ids: Vec<i32>,
+    greedy: Vec<i32>,
+}
+
+/// The value of `"key": [ints]` in a small, regular JSON file (no JSON crate: no dependencies).
+fn json_ints(json: &str, key: &str) -> Vec<i32> {
+    let start = json.find(&format!("\"{key}\"")).unwrap_or_else(|| panic!("no {key} in oracle.json"));
+    let open = start + json[start..].find('[').unwrap();
+    let close = open + json[open..].find(']').unwrap();
+    json[open + 1..close].split(',').map(|v| v.trim().parse().unwrap()).collect()
+}
+
+/// The value of `"key": "text"` (handles \" \\ \n \t \uXXXX escapes of BMP characters).
+fn json_string(json: &str, key: &str) -> String {
+    let start = json.find(&format!("\"{key}\"")).unwrap() + key.len() + 2;
+    let open = start + json[start..].find('"').unwrap() + 1;
+    let mut out = String::new();
+    let mut chars = json[open..].chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => break,
+            '\\' => match chars.next().unwrap() {
+                'n' => out.push('\n'),
+                't' => out.push('\t'),
+                'u' => {
+                    let hex: String = chars.by_ref().take(4).collect();
+                    out.push(char::from_u32(u32::from_str_radix(&hex, 16).unwrap()).unwrap_or('\u{FFFD}'));
+                }
+                other => out.push(other),
+            },
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn fixture() -> Option<&'static Fixture> {
+    static FIXTURE: OnceLock<Option<Fixture>> = OnceLock::new();
+    FIXTURE
+        .get_or_init(|| {
+            let (Some(lib), Some(tool)) = (std::env::var_os("COLIBRI_LIB"), std::env::var_os("COLIBRI_MODEL_TOOL")) else {
+                eprintln!("skipped: COLIBRI_LIB and COLIBRI_MODEL_TOOL are not set (run through ctest: bindings/CMakeLists.txt)");
+                return None;
+            };
+            let oracle = std::env::var_os("COLIBRI_ORACLE_DIR").map(PathBuf::from).unwrap_or_else(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/oracle/mixtral_gqa")
+            });
+            let json = std::fs::read_to_string(oracle.join("oracle.json")).expect("oracle.json");
+            let dir = std::env::var_os("COLIBRI_TEST_TMPDIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")))
+                .join(format!("colibri-rust-test-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let image = dir.join("mixtral_gqa.colibri");
+            let out = Command::new(&tool)
+                .arg("convert")
+                .arg(&oracle)
+                .arg("-o")
+                .arg(&image)
+                .arg("--force")
+                .output()
+                .expect("run colibri-model");
+            assert!(out.status.success(), "convert failed: {}", String::from_utf8_lossy(&out.stderr));
+            let lib = Library::load(Some(Path::new(&lib))).expect("load libcolibri");
+            Some(Fixture {
+                lib,
+                image,
+                dir,
+                prompt_text: json_string(&json, "prompt_text"),
+                input_ids: json_ints(&json, "input_ids"),
+                greedy: json_ints(&json, "greedy_tokens"),
+            })
+        })
+        .as_ref()
+}
+
+fn open(fx: &Fixture) -> Model {
+    Model::open_with(&fx.lib, &fx.image, &ModelOptions { threads: Some(1), ..Default::default() }).expect("open")
+}
+
+fn session(model: &Model) -> Session {
+    model
+        .session(&SessionOptions { context_length: Some(64), threads: Some(1), ..Default::default() })
+        .expect("session")
+}
+
+fn greedy_options(fx: &Fixture) -> GenerateOptions {
+    GenerateOptions {
+        max_tokens: Some(fx.greedy.len() as u32),
+        ignore_eos: true,
+        sampler: Some(SamplerOptions::greedy()),
+        ..Default::default()
+    }
+}
+
+fn argmax(row: &[f32]) -> i32 {
+    let mut best = 0;
+    for (i, v) in row.iter().enumerate() {
+        if *v > row[best] {
+            best = i;
+        }
+    }
+    best as i32
+}
+
+/// Streams to the end: (tokens, text).
+fn stream_all(session: &mut Session, prompt: &[i32], options: &GenerateOptions) -> (Vec<i32>, String) {
+    let mut stream = session.stream(prompt, options).expect("stream");
+    let mut text = String::new();
+    while let Some(piece) = stream.next_piece().expect("next") {
+        text.push_str(piece);
+    }
+    (stream.tokens().expect("tokens"), text)
+}
+
+fn generate_text(session: &mut Session, prompt: &[i32], options: &GenerateOptions) -> String {
+    let mut text = String::new();
+    session
+        .generate(prompt, options, |piece| {
+            text.push_str(piece);
+            ControlFlow::Continue(())
+        })
+        .expect("generate");
+    text
+}
+
+#[test]
+fn library_loading() {
+    let Some(fx) = fixture() else { return };
+    assert_eq!(fx.lib.abi_version(), colibri::ABI_VERSION);
+    assert!(!fx.lib.version().is_empty());
+    let again = Library::load(fx.lib.path()).unwrap();
+    assert!(Arc::ptr_eq(&again, &fx.lib));
+    for code in -12..=1 {
+        assert_eq!(fx.lib.status_string(Status(code)), Status(code).name(), "status {code}");
+    }
+    let e = Library::load(Some(Path::new("/nonexistent/libcolibri.so.1"))).unwrap_err();
+    assert!(e.status() == Status::IO && e.message().contains("cannot load"), "{e}");
+    let e = Library::load(Some(Path::new("libm.so.6"))).unwrap_err();
+    assert!(e.status() == Status::UNSUPPORTED && e.message().contains("not libcolibri"), "{e}");
+}
+
+#[test]
+fn model_info_and_tokenizer() {
+    let Some(fx) = fixture() else { return };
+    let model = open(fx);
+    let info = model.info();
+    assert_eq!((info.family.as_str(), info.vocab_size, info.top_k, info.expert_count), ("mixtral", 512, 2, 8));
+    assert!(info.has_tokenizer);
+    let tensors = model.tensors().unwrap();
+    assert_eq!(tensors.len(), info.tensor_count);
+    assert_eq!(model.find_tensor(&tensors[1].name).unwrap(), 1);
+    assert_eq!(model.find_tensor("no.such.tensor").unwrap_err().status(), Status::INVALID_ARGUMENT);
+    let meta = model.metadata().unwrap();
+    assert!(meta.starts_with(b"{"));
+    let eos = model.eos_tokens().unwrap();
+    assert_eq!(eos.len(), info.eos_token_count);
+    // The oracle's input ids are BOS + the prompt text's ids (+ possibly more).
+    let ids = model.tokenize(&fx.prompt_text, TokenizeFlags::ADD_SPECIAL).unwrap();
+    assert!(ids.len() <= fx.input_ids.len() && ids[..] == fx.input_ids[..ids.len()], "{ids:?}");
+    assert_eq!(model.detokenize(&ids, DetokenizeFlags::SKIP_SPECIAL).unwrap(), fx.prompt_text);
+    assert!(!model.token_text(ids[0]).unwrap().is_empty());
+    let e = model.detokenize(&[info.vocab_size as i32], DetokenizeFlags::NONE).unwrap_err();
+    assert_eq!(e.status(), Status::INVALID_ARGUMENT);
+    assert!(!e.message().is_empty());
+}
+
+/// Prefill the oracle's input ids, decode greedily: the expected tokens exactly.
+#[test]
+fn oracle_greedy_prefill_decode() {
+    let Some(fx) = fixture() else { return };
+    let model = open(fx);
+    let mut s = session(&model);
+    s.prefill(0, &fx.input_ids).unwrap();
+    for (i, &want) in fx.greedy.iter().enumerate() {
+        let got = argmax(s.logits(0).unwrap());
+        assert_eq!(got, want, "greedy token {i}");
+        s.decode(0, want).unwrap();
+    }
+    assert_eq!(s.sequence_length(0).unwrap() as usize, fx.input_ids.len() + fx.greedy.len());
+    let stats = s.stats().unwrap();
+    assert!(stats.forward_calls > 0 && stats.stages[0].name == "embedding");
+    assert_eq!(s.info().unwrap().context_length, 64);
+}
+
+#[test]
+fn generate_and_stream_greedy() {
+    let Some(fx) = fixture() else { return };
+    let model = open(fx);
+    let mut s = session(&model);
+    let options = greedy_options(fx);
+    let (tokens, streamed) = stream_all(&mut s, &fx.input_ids, &options);
+    assert_eq!(tokens, fx.greedy);
+    let mut text = String::new();
+    let result = s
+        .generate(&fx.input_ids, &options, |piece| {
+            text.push_str(piece);
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    assert_eq!(result.finish_reason, colibri::FinishReason::Length);
+    assert_eq!(result.generated_tokens as usize, fx.greedy.len());
+    assert_eq!(result.prompt_tokens as usize, fx.input_ids.len());
+    assert!(!streamed.is_empty());
+    assert_eq!(text, streamed);
+    assert_eq!(model.detokenize(&fx.greedy, DetokenizeFlags::SKIP_SPECIAL).unwrap(), streamed);
+    // The iterator form gives the same pieces.
+    let pieces: Vec<String> = s.stream(&fx.input_ids, &options).unwrap().collect::<Result<_, Error>>().unwrap();
+    assert_eq!(pieces.concat(), streamed);
+    // The text form tokenizes with special tokens.
+    let ids = model.tokenize(&fx.prompt_text, TokenizeFlags::ADD_SPECIAL).unwrap();
+    let result = s.generate_text(&fx.prompt_text, &options, |_| ControlFlow::Continue(())).unwrap();
+    assert_eq!(result.prompt_tokens as usize, ids.len());
+}
+
+#[test]
+fn cancellation() {
+    let Some(fx) = fixture() else { return };
+    let model = open(fx);
+    let mut s = session(&model);
+    let options = greedy_options(fx);
+    // The callback stops after two pieces: not an error.
+    let mut pieces = 0;
+    let result = s
+        .generate(&fx.input_ids, &options, |_| {
+            pieces += 1;
+            if pieces == 2 {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })
+        .unwrap();
+    assert_eq!(pieces, 2);
+    assert_eq!(result.finish_reason, colibri::FinishReason::Cancelled);
+    assert!((result.generated_tokens as usize) < fx.greedy.len());
+    // A stream dropped after two pieces.
+    {
+        let mut stream = s.stream(&fx.input_ids, &options).unwrap();
+        assert!(stream.next_piece().unwrap().is_some());
+        assert!(stream.next_piece().unwrap().is_some());
+        assert_eq!(stream.result().unwrap().finish_reason, colibri::FinishReason::None);
+        let tokens = stream.tokens().unwrap();
+        assert!(tokens.len() >= 2 && tokens.len() < fx.greedy.len(), "{tokens:?}");
+    }
+    // The session works again.
+    assert_eq!(stream_all(&mut s, &fx.input_ids, &options).0, fx.greedy);
+}
+
+#[test]
+fn panic_in_callback_is_an_error() {
+    let Some(fx) = fixture() else { return };
+    let model = open(fx);
+    let mut s = session(&model);
+    let options = greedy_options(fx);
+    let e = s.generate(&fx.input_ids, &options, |_| panic!("boom")).unwrap_err();
+    assert_eq!(e.status(), Status::CALLBACK);
+    assert!(e.message().contains("boom"), "{e}");
+    assert_eq!(stream_all(&mut s, &fx.input_ids, &options).0, fx.greedy);
+}
+
+#[test]
+fn broken_files() {
+    let Some(fx) = fixture() else { return };
+    let logged = Arc::new(Mutex::new(String::new()));
+    let sink = logged.clone();
+    fx.lib
+        .set_log_handler(
+            LogLevel::Debug,
+            Some(Box::new(move |_, message| {
+                let mut s = sink.lock().unwrap();
+                s.push_str(message);
+                s.push('\n');
+            })),
+        )
+        .unwrap();
+    let gguf_path = fx.dir.join("broken.colibri");
+    let mut gguf = vec![0u8; 64];
+    gguf[..17].copy_from_slice(&[b'G', b'G', b'U', b'F', 3, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2]);
+    std::fs::write(&gguf_path, &gguf).unwrap();
+    let e = Model::open_with(&fx.lib, &gguf_path, &ModelOptions::default()).unwrap_err();
+    assert_eq!(e.status(), Status::NOT_AN_IMAGE);
+    assert!(e.message().contains("GGUF"), "{e}");
+    eprintln!("broken file: {e}");
+
+    let raw = std::fs::read(&fx.image).unwrap();
+    let truncated = fx.dir.join("truncated.colibri");
+    std::fs::write(&truncated, &raw[..raw.len() / 2]).unwrap();
+    let e = Model::open_with(&fx.lib, &truncated, &ModelOptions::default()).unwrap_err();
+    assert_eq!(e.status(), Status::CORRUPT, "{e}");
+    let e = Model::open_with(&fx.lib, fx.dir.join("missing.colibri"), &ModelOptions::default()).unwrap_err();
+    assert_eq!(e.status(), Status::IO, "{e}");
+    fx.lib.set_log_handler(LogLevel::Off, None).unwrap();
+    assert!(logged.lock().unwrap().contains("GGUF"), "the debug log does not mention the failure");
+
+    // Bad options: the library's status and message.
+    let model = open(fx);
+    let e = model.session(&SessionOptions { max_sequences: Some(1 << 20), ..Default::default() }).unwrap_err();
+    assert!(e.status() == Status::INVALID_ARGUMENT && e.message().contains("max_sequences"), "{e}");
+}
+
+/// 4 threads, 4 sessions, one model: the results equal the sequential ones.
+#[test]
+fn concurrent_sessions_equal_sequential() {
+    let Some(fx) = fixture() else { return };
+    let model = open(fx);
+    let options = greedy_options(fx);
+    // Prefixes whose greedy continuations decode cleanly as a stream with this random-weight
+    // fixture (see the Go test for why).
+    let inp = &fx.input_ids;
+    let prompts: Vec<Vec<i32>> = vec![inp.clone(), inp[..7].to_vec(), inp[..9].to_vec(), inp[..12].to_vec()];
+    let mut s = session(&model);
+    let sequential: Vec<(Vec<i32>, String)> = prompts
+        .iter()
+        .map(|p| (stream_all(&mut s, p, &options).0, generate_text(&mut s, p, &options)))
+        .collect();
+    assert_eq!(sequential[0].0, fx.greedy);
+    drop(s);
+    for round in 0..2 {
+        let handles: Vec<_> = prompts
+            .iter()
+            .cloned()
+            .enumerate()
+            .map(|(i, prompt)| {
+                let model = model.clone(); // Model: Send + Sync, shared
+                let options = options.clone();
+                thread::spawn(move || {
+                    let mut s = session(&model);
+                    if (i + round) % 2 == 0 {
+                        (stream_all(&mut s, &prompt, &options).0, String::new())
+                    } else {
+                        (Vec::new(), generate_text(&mut s, &prompt, &options))
+                    }
+                })
+            })
+            .collect();
+        for (i, h) in handles.into_iter().enumerate() {
+            let (tokens, text) = h.join().unwrap();
+            if (i + round) % 2 == 0 {
+                assert_eq!(tokens, sequential[i].0, "round {round} prompt {i}");
+            } else {
+                assert_eq!(text, sequential[i].1, "round {round} prompt {i}");
+            }
+        }
+    }
+    // A session moves to another thread (Send) and keeps the model alive after the last Model
+    // handle is gone.
+    let mut s = session(&model);
+    drop(model);
+    let greedy = fx.greedy.clone();
+    let input = fx.input_ids.clone();
+    thread::spawn(move || assert_eq!(stream_all(&mut s, &input, &options).0, greedy)).join().unwrap();
+}
+
+#[test]
+fn chat_batch_moe() {
+    let Some(fx) = fixture() else { return };
+    let model = open(fx);
+    // The chat template (expected text from transformers, tests/fixtures/tokenizer).
+    let text = model.chat_render(&[colibri::ChatMessage::new("user", "Hello! Who are you?")], &Default::default()).unwrap();
+    assert_eq!(text, "<s>[INST] Hello! Who are you? [/INST]");
+    let broken = colibri::ChatOptions { template: Some("{% for %}".into()), ..Default::default() };
+    assert!(model.chat_render(&[colibri::ChatMessage::new("user", "x")], &broken).is_err());
+
+    // Two sequences decoded in one batch: both continue the oracle's greedy path.
+    let mut s = model
+        .session(&SessionOptions { context_length: Some(64), max_sequences: Some(2), threads: Some(1), ..Default::default() })
+        .unwrap();
+    for seq in 0..2 {
+        s.prefill(seq, &fx.input_ids).unwrap();
+    }
+    let g = &fx.greedy;
+    let entry = |sequence| colibri::BatchEntry { sequence, position: None, token: g[0], want_logits: true };
+    s.batch(&[entry(0), entry(1)]).unwrap();
+    assert_eq!(s.logit_rows().unwrap(), 2);
+    for row in 0..2 {
+        assert_eq!(argmax(s.logits(row).unwrap()), g[1], "row {row}");
+    }
+    assert_eq!(s.logits(2).unwrap_err().status(), Status::INVALID_ARGUMENT);
+
+    // The MoE block of layer 0 on caller data, with the router and with a static routing table.
+    let info = model.info().clone();
+    let hidden: Vec<f32> = (0..2 * info.hidden_size).map(|i| (i % 7) as f32 * 0.01).collect();
+    assert_eq!(s.moe_layer(0, &hidden, None).unwrap().len(), hidden.len());
+    let mut experts: Vec<i32> = (0..2 * info.top_k).map(|i| (i % info.expert_count) as i32).collect();
+    let weights = vec![0.5f32; 2 * info.top_k];
+    s.moe_layer(0, &hidden, Some((&experts, &weights))).unwrap();
+    experts[0] = info.expert_count as i32;
+    assert_eq!(s.moe_layer(0, &hidden, Some((&experts, &weights))).unwrap_err().status(), Status::INVALID_ARGUMENT);
+}
