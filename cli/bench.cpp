@@ -1,0 +1,323 @@
+// cli/bench.cpp — `colibri bench`: prefill (ppN) and decode (tgN) speed in the llama-bench
+// table format, measured by the protocol of ARCHITECTURE.md §9: one warm-up run, then the
+// median (± sample standard deviation, with min and max) of R runs; the memory read bandwidth
+// is probed with the same thread count right before that thread count's tests, and decode is
+// reported as a percentage of the roofline bandwidth / bytes read per token (active weight
+// bytes from colibri_model_info plus the KV cache at the mean position).
+#include <sched.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bandwidth.h"
+#include "commands.h"
+#include "common.h"
+
+namespace colibri_cli {
+
+namespace {
+
+struct Summary {
+  double median = 0, mean = 0, sd = 0, min = 0, max = 0;
+};
+
+Summary summarize(std::vector<double> v) {
+  Summary s;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  s.median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  for (double x : v) s.mean += x;
+  s.mean /= static_cast<double>(n);
+  for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+  s.sd = n > 1 ? std::sqrt(s.sd / static_cast<double>(n - 1)) : 0;
+  s.min = v.front();
+  s.max = v.back();
+  return s;
+}
+
+struct TestResult {
+  std::string name;  // "pp128", "tg64"
+  bool decode = false;
+  size_t tokens = 0;
+  uint32_t threads = 0;
+  std::vector<double> samples;  // tokens/s
+  Summary tps;
+  double roofline_tps = 0;  // decode only
+  colibri_stats stats{};    // counters of the timed runs
+};
+
+size_t available_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(CPU_COUNT(&set), 1);
+  return 1;
+}
+
+// Deterministic token ids spread over the vocabulary (the speed does not depend on them).
+int32_t bench_token(size_t i, uint64_t vocab) { return static_cast<int32_t>((i * 7919 + 13) % vocab); }
+
+std::string format_count(double v) {
+  char b[64];
+  if (v >= 1e9) std::snprintf(b, sizeof b, "%.2f B", v / 1e9);
+  else if (v >= 1e6) std::snprintf(b, sizeof b, "%.2f M", v / 1e6);
+  else std::snprintf(b, sizeof b, "%.2f K", v / 1e3);
+  return b;
+}
+
+std::string format_bytes(double v) {
+  char b[64];
+  if (v >= 1024.0 * 1024 * 1024) std::snprintf(b, sizeof b, "%.2f GiB", v / (1024.0 * 1024 * 1024));
+  else std::snprintf(b, sizeof b, "%.2f MiB", v / (1024.0 * 1024));
+  return b;
+}
+
+class Bench {
+ public:
+  Bench(colibri_model *model, const colibri_model_info &info, uint32_t kv_dtype) : model_(model), info_(info), kv_dtype_(kv_dtype) {}
+
+  SessionPtr make_session(uint32_t threads, size_t context, size_t batch) {
+    colibri_session_options o;
+    check_api(colibri_session_options_init(&o, sizeof o), "session options");
+    o.threads = threads;
+    o.context_length = static_cast<uint32_t>(context);
+    o.max_batch_tokens = static_cast<uint32_t>(batch);
+    o.kv_dtype = kv_dtype_;
+    colibri_session *raw = nullptr;
+    check_api(colibri_session_create(model_, &o, &raw), "session (" + std::to_string(threads) + " threads)");
+    return SessionPtr(raw);
+  }
+
+  // tokens/s of one prefill of n tokens from an empty sequence.
+  double prefill_once(colibri_session *s, size_t n) {
+    check_api(colibri_session_reset(s), "reset");
+    prompt_.resize(n);
+    for (size_t i = 0; i < n; ++i) prompt_[i] = bench_token(i, info_.vocab_size);
+    uint64_t start = now_ns();
+    check_api(colibri_session_prefill(s, 0, prompt_.data(), n), "prefill");
+    return static_cast<double>(n) / seconds_since(start);
+  }
+
+  // tokens/s of n single-token decode steps from an empty sequence.
+  double decode_once(colibri_session *s, size_t n) {
+    check_api(colibri_session_reset(s), "reset");
+    uint64_t start = now_ns();
+    for (size_t i = 0; i < n; ++i) check_api(colibri_session_decode(s, 0, bench_token(i * 31 + 7, info_.vocab_size)), "decode");
+    return static_cast<double>(n) / seconds_since(start);
+  }
+
+  TestResult run_test(colibri_session *s, uint32_t threads, bool decode, size_t n, size_t repetitions) {
+    TestResult r;
+    r.name = (decode ? "tg" : "pp") + std::to_string(n);
+    r.decode = decode;
+    r.tokens = n;
+    r.threads = threads;
+    auto once = [&] { return decode ? decode_once(s, n) : prefill_once(s, n); };
+    once();  // warm-up: page cache, TLB, branch predictors, thread pool wake-up
+    check_api(colibri_session_reset_stats(s), "reset stats");
+    for (size_t i = 0; i < repetitions; ++i) r.samples.push_back(once());
+    r.tps = summarize(r.samples);
+    r.stats.struct_size = sizeof r.stats;
+    check_api(colibri_session_get_stats(s, &r.stats), "stats");
+    return r;
+  }
+
+  // Bytes one decode token at position `position` reads from the KV cache (keys + values).
+  double kv_bytes_at(double position) const {
+    double element = kv_dtype_ == COLIBRI_DTYPE_F16 ? 2 : 4;
+    return 2.0 * static_cast<double>(info_.kv_head_count * info_.head_dim * info_.layer_count) * element * position;
+  }
+
+ private:
+  colibri_model *model_;
+  const colibri_model_info &info_;
+  uint32_t kv_dtype_;
+  std::vector<int32_t> prompt_;
+};
+
+}  // namespace
+
+int bench_command(int argc, char **argv) {
+  cxxopts::Options options(
+      "colibri bench",
+      "Measures prefill (ppN: one forward pass over N prompt tokens) and decode (tgN: N single-token steps) speed "
+      "in tokens/s: one warm-up run, then the median ± sample standard deviation of R runs. The memory read bandwidth "
+      "is probed with the same thread count, and decode is shown as a percentage of the roofline bandwidth / (active "
+      "weight bytes + KV bytes) per token.");
+  add_model_flags(options, FlagSet::FullWithoutThreads);
+  options.add_options("Tests")
+      ("p,n-prompt", "prompt lengths for the prefill tests, comma-separated, 0..65536 (0 = none)",
+       cxxopts::value<std::string>()->default_value("128,512"), "N,...")
+      ("n,n-gen", "token counts for the decode tests, comma-separated, 0..65536 (0 = none)",
+       cxxopts::value<std::string>()->default_value("64,128"), "N,...")
+      ("t,threads", "thread counts, comma-separated, 1..1024 (default: the CPUs this process may use)",
+       cxxopts::value<std::string>(), "N,...")
+      ("r,repetitions", "timed runs per test after the warm-up, 1..1000", cxxopts::value<std::string>()->default_value("3"), "R")
+      ("kv-f16", "store the KV cache as f16")
+      ("probe-mib", "size of the bandwidth probe's buffer in MiB, 16..65536 (it must dwarf the caches)",
+       cxxopts::value<std::string>()->default_value("512"), "MIB");
+  options.add_options("Output")
+      ("json", "print one JSON object instead of the table")
+      ("profile", "add the per-stage time breakdown (colibri_session_get_stats) of every test");
+  bool help = false;
+  cxxopts::ParseResult flags = parse_flags(options, argc, argv, &help);
+  if (help) return kExitOk;
+  ModelFlags model_flags = read_model_flags(flags, FlagSet::FullWithoutThreads);
+  std::vector<int64_t> prompt_lengths = parse_integer_list("-p/--n-prompt", flags["n-prompt"].as<std::string>(), 0, 65536);
+  std::vector<int64_t> gen_lengths = parse_integer_list("-n/--n-gen", flags["n-gen"].as<std::string>(), 0, 65536);
+  std::vector<int64_t> thread_counts = flags.count("threads")
+                                           ? parse_integer_list("-t/--threads", flags["threads"].as<std::string>(), 1, 1024)
+                                           : std::vector<int64_t>{static_cast<int64_t>(available_cpus())};
+  const size_t repetitions = static_cast<size_t>(parse_integer("-r/--repetitions", flags["repetitions"].as<std::string>(), 1, 1000));
+  const size_t probe_bytes = static_cast<size_t>(parse_integer("--probe-mib", flags["probe-mib"].as<std::string>(), 16, 65536)) << 20;
+  const bool json = flags.count("json") > 0, profile = flags.count("profile") > 0;
+  prompt_lengths.erase(std::remove(prompt_lengths.begin(), prompt_lengths.end(), 0), prompt_lengths.end());
+  gen_lengths.erase(std::remove(gen_lengths.begin(), gen_lengths.end(), 0), gen_lengths.end());
+  if (prompt_lengths.empty() && gen_lengths.empty()) fail_usage("nothing to measure: -p and -n are both 0");
+  if (repetitions < 3 && !json)
+    std::fprintf(stderr, "colibri bench: note: -r %zu is fewer than 3 runs; the median and deviation mean little\n", repetitions);
+
+  ModelPtr model = open_model(model_flags);
+  const std::string path = resolve_model_path(model_flags);
+  colibri_model_info info = model_info(model.get());
+  const uint32_t kv_dtype = flags.count("kv-f16") ? COLIBRI_DTYPE_F16 : COLIBRI_DTYPE_F32;
+  Bench bench(model.get(), info, kv_dtype);
+  size_t longest = 1, longest_prompt = 1;
+  for (int64_t p : prompt_lengths) longest_prompt = std::max(longest_prompt, static_cast<size_t>(p));
+  for (int64_t n : gen_lengths) longest = std::max(longest, static_cast<size_t>(n));
+  longest = std::max(longest, longest_prompt);
+
+  std::vector<TestResult> results;
+  std::vector<std::pair<uint32_t, double>> bandwidths;
+  std::string backend;
+  for (int64_t t : thread_counts) {
+    const uint32_t threads = static_cast<uint32_t>(t);
+    SessionPtr session = bench.make_session(threads, longest, std::min<size_t>(longest_prompt, 512));
+    colibri_session_info si{};
+    si.struct_size = sizeof si;
+    check_api(colibri_session_get_info(session.get(), &si), "session info");
+    backend = si.backend;
+    double bandwidth = measure_read_bandwidth_gbs(threads, probe_bytes, 5);
+    bandwidths.emplace_back(threads, bandwidth);
+    for (int64_t p : prompt_lengths) results.push_back(bench.run_test(session.get(), threads, false, static_cast<size_t>(p), repetitions));
+    for (int64_t n : gen_lengths) {
+      TestResult r = bench.run_test(session.get(), threads, true, static_cast<size_t>(n), repetitions);
+      // Mean position of the steps is (n - 1) / 2: that many cached tokens are read per step.
+      r.roofline_tps = bandwidth * 1e9 / (static_cast<double>(info.active_weight_bytes) + bench.kv_bytes_at((static_cast<double>(n) - 1) / 2));
+      results.push_back(std::move(r));
+    }
+  }
+
+  const std::string model_name = std::string(info.family) + " " + colibri_dtype_name(info.weight_dtype);
+  auto stage_count = [](const colibri_stats &s) { return std::min<uint32_t>(s.stage_count, COLIBRI_STATS_MAX_STAGES); };
+  if (json) {
+    nlohmann::json out;
+    out["colibri_version"] = COLIBRI_VERSION_STRING;
+    out["library_version"] = colibri_version_string();
+    out["model"] = {{"path", path},
+                    {"family", info.family},
+                    {"architecture", info.architecture},
+                    {"weight_dtype", colibri_dtype_name(info.weight_dtype)},
+                    {"file_size_bytes", info.file_size_bytes},
+                    {"parameter_count", info.parameter_count},
+                    {"active_parameter_count", info.active_parameter_count},
+                    {"active_weight_bytes", info.active_weight_bytes},
+                    {"layer_count", info.layer_count},
+                    {"expert_count", info.expert_count},
+                    {"top_k", info.top_k}};
+    out["backend"] = backend;
+    out["repetitions"] = repetitions;
+    out["kv_dtype"] = colibri_dtype_name(kv_dtype);
+    out["bandwidth"] = nlohmann::json::array();
+    for (const auto &[threads, gbs] : bandwidths)
+      out["bandwidth"].push_back({{"threads", threads}, {"read_gb_per_s", gbs}, {"probe_bytes", probe_bytes}});
+    out["results"] = nlohmann::json::array();
+    for (const TestResult &r : results) {
+      nlohmann::json j = {{"test", r.name},
+                          {"kind", r.decode ? "decode" : "prefill"},
+                          {"tokens", r.tokens},
+                          {"threads", r.threads},
+                          {"tokens_per_second",
+                           {{"median", r.tps.median}, {"mean", r.tps.mean}, {"sd", r.tps.sd}, {"min", r.tps.min},
+                            {"max", r.tps.max}, {"samples", r.samples}}}};
+      if (r.decode) {
+        j["roofline_tokens_per_second"] = r.roofline_tps;
+        j["roofline_percent"] = 100.0 * r.tps.median / r.roofline_tps;
+      }
+      if (profile) {
+        const double tokens = static_cast<double>(std::max<uint64_t>(r.stats.tokens, 1));
+        nlohmann::json stages = nlohmann::json::object();
+        for (uint32_t i = 0; i < stage_count(r.stats); ++i)
+          if (const char *name = colibri_stage_name(i)) stages[name] = static_cast<double>(r.stats.stage_ns[i]) / tokens;
+        j["profile"] = {{"stage_ns_per_token", stages},
+                        {"weight_bytes_read_per_token", static_cast<double>(r.stats.weight_bytes_read) / tokens},
+                        {"expert_activations_per_token", static_cast<double>(r.stats.expert_activations) / tokens},
+                        {"tokens", r.stats.tokens},
+                        {"forward_calls", r.stats.forward_calls}};
+      }
+      out["results"].push_back(std::move(j));
+    }
+    std::printf("%s\n", out.dump(1).c_str());
+    return kExitOk;
+  }
+
+  std::printf("model: %s\n  %s (%s), %llu layers, %llu experts top-%llu, %s weights; %s parameters, %s active per "
+              "token (%.2f MB of weights read per token)\n",
+              path.c_str(), info.family, info.architecture, static_cast<unsigned long long>(info.layer_count),
+              static_cast<unsigned long long>(info.expert_count), static_cast<unsigned long long>(info.top_k),
+              colibri_dtype_name(info.weight_dtype), format_count(static_cast<double>(info.parameter_count)).c_str(),
+              format_count(static_cast<double>(info.active_parameter_count)).c_str(), static_cast<double>(info.active_weight_bytes) / 1e6);
+  std::printf("memory read bandwidth (STREAM-like probe, %zu MiB):", probe_bytes >> 20);
+  for (size_t i = 0; i < bandwidths.size(); ++i)
+    std::printf("%s %u thread%s %.1f GB/s", i ? "," : "", bandwidths[i].first, bandwidths[i].first == 1 ? "" : "s",
+                bandwidths[i].second);
+  std::printf("\n\n| model | size | params | backend | threads | test | t/s | min … max | decode roofline |\n"
+              "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const TestResult &r : results) {
+    char roof[96] = "";
+    if (r.decode) std::snprintf(roof, sizeof roof, "%.1f%% of %.1f t/s", 100.0 * r.tps.median / r.roofline_tps, r.roofline_tps);
+    std::printf("| %s | %s | %s | %s | %u | %s | %.2f ± %.2f | %.2f … %.2f | %s |\n", model_name.c_str(),
+                format_bytes(static_cast<double>(info.file_size_bytes)).c_str(),
+                format_count(static_cast<double>(info.parameter_count)).c_str(), backend.c_str(), r.threads, r.name.c_str(),
+                r.tps.median, r.tps.sd, r.tps.min, r.tps.max, roof);
+  }
+  std::printf("\nt/s: median ± sample standard deviation of %zu runs after one warm-up run. Decode roofline: the read\n"
+              "bandwidth above / (active weight bytes + KV cache bytes at the mean position) per token; a model\n"
+              "that fits in the CPU caches can exceed 100%%.\n",
+              repetitions);
+  if (profile) {
+    std::printf("\nper-stage time (ms per token, share of the forward pass), timed runs only:\n\n| stage |");
+    for (const TestResult &r : results) std::printf(" %s t%u |", r.name.c_str(), r.threads);
+    std::printf("\n| --- |");
+    for (size_t i = 0; i < results.size(); ++i) std::printf(" ---: |");
+    std::printf("\n");
+    const uint32_t stages = results.empty() ? 0 : stage_count(results.front().stats);
+    for (uint32_t st = 0; st < stages; ++st) {
+      const char *name = colibri_stage_name(st);
+      if (!name) continue;
+      std::printf("| %s |", name);
+      for (const TestResult &r : results) {
+        uint64_t total = 0;
+        for (uint32_t i = 0; i < stage_count(r.stats); ++i) total += r.stats.stage_ns[i];
+        const double tokens = static_cast<double>(std::max<uint64_t>(r.stats.tokens, 1));
+        std::printf(" %.4f (%.1f%%) |", static_cast<double>(r.stats.stage_ns[st]) / 1e6 / tokens,
+                    100.0 * static_cast<double>(r.stats.stage_ns[st]) / static_cast<double>(std::max<uint64_t>(total, 1)));
+      }
+      std::printf("\n");
+    }
+    std::printf("| weight MB read per token |");
+    for (const TestResult &r : results)
+      std::printf(" %.3f |", static_cast<double>(r.stats.weight_bytes_read) / 1e6 / static_cast<double>(std::max<uint64_t>(r.stats.tokens, 1)));
+    std::printf("\n| expert activations per token |");
+    for (const TestResult &r : results)
+      std::printf(" %.2f |", static_cast<double>(r.stats.expert_activations) / static_cast<double>(std::max<uint64_t>(r.stats.tokens, 1)));
+    std::printf("\n");
+  }
+  return kExitOk;
+}
+
+}  // namespace colibri_cli

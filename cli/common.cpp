@@ -1,0 +1,274 @@
+// cli/common.cpp — shared helpers of the colibri subcommands (see common.h).
+#include "common.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+#include <sys/stat.h>
+
+namespace colibri_cli {
+
+void fail_usage(const std::string &message) { throw Failure{kExitUsage, message}; }
+void fail_runtime(const std::string &message) { throw Failure{kExitFailure, message}; }
+
+std::string last_api_error(int32_t status) {
+  size_t size = 0;
+  colibri_last_error(nullptr, 0, &size);
+  std::string message(size + 1, '\0');
+  colibri_last_error(message.data(), message.size(), &size);
+  message.resize(std::strlen(message.c_str()));
+  if (message.empty()) message = colibri_status_string(status);
+  return message;
+}
+
+void check_api(int32_t status, const std::string &what) {
+  if (status < 0) fail_runtime(what.empty() ? last_api_error(status) : what + ": " + last_api_error(status));
+}
+
+// ---- flag values -------------------------------------------------------------------------------
+
+int64_t parse_integer(const std::string &flag, const std::string &text, int64_t min, int64_t max) {
+  const std::string range = "an integer from " + std::to_string(min) + " to " + std::to_string(max);
+  const char *begin = text.c_str();
+  while (*begin == ' ') ++begin;
+  char *end = nullptr;
+  errno = 0;
+  long long value = std::strtoll(begin, &end, 10);
+  while (end && *end == ' ') ++end;
+  if (*begin == '\0' || end == begin || *end != '\0')
+    fail_usage(flag + " must be " + range + ", got '" + text + "'");
+  if (errno == ERANGE || value < min || value > max)
+    fail_usage(flag + " must be " + range + ", got " + text);
+  return value;
+}
+
+double parse_real(const std::string &flag, const std::string &text, double min, double max) {
+  std::ostringstream range;
+  range << "a number from " << min << " to " << max;
+  const char *begin = text.c_str();
+  char *end = nullptr;
+  errno = 0;
+  double value = std::strtod(begin, &end);
+  if (*begin == '\0' || end == begin || *end != '\0')
+    fail_usage(flag + " must be " + range.str() + ", got '" + text + "'");
+  if (errno == ERANGE || !std::isfinite(value) || value < min || value > max)
+    fail_usage(flag + " must be " + range.str() + ", got " + text);
+  return value;
+}
+
+std::vector<int64_t> parse_integer_list(const std::string &flag, const std::string &text, int64_t min, int64_t max) {
+  std::vector<int64_t> values;
+  size_t start = 0;
+  for (;;) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (item.find_first_not_of(' ') == std::string::npos)
+      fail_usage(flag + " must be a comma-separated list of integers from " + std::to_string(min) + " to " +
+                 std::to_string(max) + ", got '" + text + "'");
+    values.push_back(parse_integer(flag, item, min, max));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return values;
+}
+
+uint32_t parse_threads(const std::string &flag, const std::string &text) {
+  return static_cast<uint32_t>(parse_integer(flag, text, 1, 1024));
+}
+
+std::vector<int32_t> parse_token_list(const std::string &flag, const std::string &text, uint64_t vocab_size) {
+  std::vector<int32_t> tokens;
+  for (int64_t v : parse_integer_list(flag, text, 0, INT32_MAX)) {
+    if (static_cast<uint64_t>(v) >= vocab_size)
+      fail_usage(flag + ": token " + std::to_string(v) + " is outside the model's vocabulary (ids 0.." +
+                 std::to_string(vocab_size - 1) + ")");
+    tokens.push_back(static_cast<int32_t>(v));
+  }
+  return tokens;
+}
+
+// ---- model flags ------------------------------------------------------------------------------
+
+void add_model_flags(cxxopts::Options &options, FlagSet set) {
+  options.add_options("Model")
+      ("m,model", "model image (.colibri); default: the bundled colibri-tiny-moe (see docs/cli.md for where it is looked for)",
+       cxxopts::value<std::string>(), "IMAGE");
+  if (set == FlagSet::ImageOnly) return;
+  if (set == FlagSet::Full)
+    options.add_options("Model")("threads", "worker threads, 1..1024 (default: every CPU this process may use)",
+                                 cxxopts::value<std::string>(), "N");
+  options.add_options("Model")
+      ("numa", "NUMA placement: off, bind:NODE (weights and threads on NODE) or interleave (weight pages over all nodes)",
+       cxxopts::value<std::string>()->default_value("off"), "POLICY")
+      ("mlock", "lock the whole image in memory (fails if RLIMIT_MEMLOCK is too small: see ulimit -l)")
+      ("populate", "fault every weight page in at open (MAP_POPULATE)")
+      ("verify", "check every tensor's checksum at open (reads the whole file)");
+}
+
+ModelFlags read_model_flags(const cxxopts::ParseResult &result, FlagSet set) {
+  ModelFlags flags;
+  if (result.count("model")) {
+    flags.image = result["model"].as<std::string>();
+    if (flags.image.empty()) fail_usage("-m/--model is empty: give the path of a .colibri image");
+  }
+  if (set == FlagSet::ImageOnly) return flags;
+  if (set == FlagSet::Full && result.count("threads")) flags.threads = parse_threads("--threads", result["threads"].as<std::string>());
+  const std::string numa = result["numa"].as<std::string>();
+  if (numa == "off") {
+    flags.numa_policy = COLIBRI_NUMA_OFF;
+  } else if (numa == "interleave") {
+    flags.numa_policy = COLIBRI_NUMA_INTERLEAVE;
+  } else if (numa.rfind("bind:", 0) == 0) {
+    flags.numa_policy = COLIBRI_NUMA_BIND;
+    flags.numa_node = static_cast<uint32_t>(parse_integer("--numa bind:NODE", numa.substr(5), 0, 1023));
+  } else {
+    fail_usage("--numa must be off, bind:NODE (e.g. bind:0) or interleave, got '" + numa + "'");
+  }
+  flags.lock_memory = result.count("mlock") > 0;
+  flags.populate = result.count("populate") > 0;
+  flags.verify = result.count("verify") > 0;
+  return flags;
+}
+
+namespace {
+
+bool is_regular_file(const std::string &path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string executable_dir() {
+  char buffer[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buffer, sizeof buffer - 1);
+  if (n <= 0) return {};
+  std::string path(buffer, static_cast<size_t>(n));
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string{} : path.substr(0, slash);
+}
+
+}  // namespace
+
+std::vector<std::string> default_model_candidates() {
+  std::vector<std::string> candidates;
+#ifdef COLIBRI_CLI_BUILD_TREE_MODEL
+  candidates.emplace_back(COLIBRI_CLI_BUILD_TREE_MODEL);
+#endif
+  std::string dir = executable_dir();
+  if (!dir.empty()) candidates.push_back(dir + "/" COLIBRI_CLI_INSTALL_RELATIVE_MODEL);
+  return candidates;
+}
+
+std::string resolve_model_path(const ModelFlags &flags) {
+  if (!flags.image.empty()) return flags.image;
+  std::vector<std::string> candidates = default_model_candidates();
+  for (const std::string &c : candidates)
+    if (is_regular_file(c)) return c;
+  std::string looked;
+  for (const std::string &c : candidates) looked += (looked.empty() ? "" : ", ") + c;
+  fail_runtime("no -m IMAGE given and the bundled default model was not found (looked at: " + looked +
+               "). Build it with `cmake --build BUILD_DIR` (it is part of the default target), or convert a Hugging "
+               "Face checkpoint with `colibri-model convert HF_DIR -o X.colibri` and pass `-m X.colibri`");
+}
+
+ModelPtr open_model(const ModelFlags &flags) {
+  std::string path = resolve_model_path(flags);
+  colibri_model_options options;
+  check_api(colibri_model_options_init(&options, sizeof options), "model options");
+  options.threads = flags.threads;
+  options.numa_policy = flags.numa_policy;
+  options.numa_node = flags.numa_node;
+  options.lock_memory = flags.lock_memory ? 1 : 0;
+  options.populate = flags.populate ? 1 : 0;
+  options.verify_checksums = flags.verify ? 1 : 0;
+  colibri_model *model = nullptr;
+  int32_t status = colibri_model_open(path.c_str(), &options, &model);
+  if (status < 0) {
+    std::string message = last_api_error(status);
+    // The library's messages name the file already; add it when one does not.
+    if (message.find(path) == std::string::npos) message = path + ": " + message;
+    fail_runtime(message);
+  }
+  return ModelPtr(model);
+}
+
+colibri_model_info model_info(const colibri_model *model) {
+  colibri_model_info info{};
+  info.struct_size = sizeof info;
+  check_api(colibri_model_get_info(model, &info), "model info");
+  return info;
+}
+
+std::string read_text_file(const std::string &flag, const std::string &path) {
+  if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0)
+    fail_runtime(flag + " " + path + ": " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) fail_runtime(flag + " " + path + ": is a directory, give a text file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_runtime(flag + " " + path + ": " + std::strerror(errno));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) fail_runtime(flag + " " + path + ": read error");
+  return text;
+}
+
+cxxopts::ParseResult parse_flags(cxxopts::Options &options, int argc, char **argv, bool *help_shown) {
+  options.add_options("Help")("h,help", "show this help");
+  options.set_width(100);
+  *help_shown = false;
+  try {
+    cxxopts::ParseResult result = options.parse(argc, argv);
+    if (result.count("help")) {
+      // Groups in reading order (cxxopts would sort them by name).
+      std::vector<std::string> groups;
+      for (const char *g : {"Input", "Input and output", "Tests", "Evaluation", "Generation", "Sampling", "Model", "Output", "Help"})
+        if (std::find(options.groups().begin(), options.groups().end(), g) != options.groups().end()) groups.emplace_back(g);
+      std::cout << options.help(groups);
+      *help_shown = true;
+      return result;
+    }
+    if (!result.unmatched().empty())
+      fail_usage("unexpected argument '" + result.unmatched().front() + "' (see '" + options.program() + " --help')");
+    return result;
+  } catch (const cxxopts::exceptions::exception &e) {
+    fail_usage(std::string(e.what()) + " (see '" + options.program() + " --help')");
+  }
+}
+
+std::vector<int32_t> tokenize(const colibri_model *model, const std::string &text, uint32_t flags) {
+  size_t count = 0;
+  check_api(colibri_tokenize(model, text.data(), text.size(), flags, nullptr, 0, &count), "tokenize");
+  std::vector<int32_t> tokens(count);
+  if (count == 0) return tokens;
+  check_api(colibri_tokenize(model, text.data(), text.size(), flags, tokens.data(), tokens.size(), &count), "tokenize");
+  tokens.resize(count);
+  return tokens;
+}
+
+std::string detokenize(const colibri_model *model, const std::vector<int32_t> &tokens, uint32_t flags) {
+  if (tokens.empty()) return {};
+  size_t size = 0;
+  check_api(colibri_detokenize(model, tokens.data(), tokens.size(), flags, nullptr, 0, &size), "detokenize");
+  std::string text(size + 1, '\0');
+  check_api(colibri_detokenize(model, tokens.data(), tokens.size(), flags, text.data(), text.size(), &size), "detokenize");
+  text.resize(size);
+  return text;
+}
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+double seconds_since(uint64_t start_ns) { return static_cast<double>(now_ns() - start_ns) / 1e9; }
+
+}  // namespace colibri_cli

@@ -1,0 +1,99 @@
+// cli/common.h — what every `colibri` subcommand shares: exit codes and failures, flag value
+// parsing (numbers are parsed here, not by cxxopts, so every message names the flag and its
+// range), owned C API handles, opening the model (and finding the bundled default), reading
+// files. The CLI sees the engine only through capi/colibri.h.
+#pragma once
+
+#include <colibri.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cxxopts.hpp>
+
+namespace colibri_cli {
+
+// Exit codes (docs/cli.md): 0 success, 1 the run failed (model, file, engine), 2 usage.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+// `colibri run` stopped by Ctrl-C (128 + SIGINT, the shell convention).
+inline constexpr int kExitInterrupted = 130;
+
+// Thrown by a subcommand; main() prints "colibri CMD: message" and exits with exit_code.
+struct Failure {
+  int exit_code;
+  std::string message;
+};
+
+[[noreturn]] void fail_usage(const std::string &message);
+[[noreturn]] void fail_runtime(const std::string &message);
+// The calling thread's colibri_last_error() message, or the status name when there is none.
+std::string last_api_error(int32_t status);
+// Throws a runtime Failure "<what>: <last API error>" when status is negative.
+void check_api(int32_t status, const std::string &what);
+
+// ---- flag values -------------------------------------------------------------------------
+// Each throws a usage Failure naming the flag, the accepted range and the value given.
+int64_t parse_integer(const std::string &flag, const std::string &text, int64_t min, int64_t max);
+double parse_real(const std::string &flag, const std::string &text, double min, double max);
+// "1,2,3" (spaces allowed around the numbers); at least one entry.
+std::vector<int64_t> parse_integer_list(const std::string &flag, const std::string &text, int64_t min, int64_t max);
+
+// ---- owned handles -----------------------------------------------------------------------
+struct ModelCloser {
+  void operator()(colibri_model *m) const { colibri_model_close(m); }
+};
+struct SessionFreer {
+  void operator()(colibri_session *s) const { colibri_session_free(s); }
+};
+using ModelPtr = std::unique_ptr<colibri_model, ModelCloser>;
+using SessionPtr = std::unique_ptr<colibri_session, SessionFreer>;
+
+// ---- the model flags shared by run, bench, logits, perplexity, tokenize, detokenize ----------
+struct ModelFlags {
+  std::string image;       // -m; empty: the bundled default
+  uint32_t threads = 0;    // 0: every CPU (the library's default)
+  uint32_t numa_policy = COLIBRI_NUMA_OFF;
+  uint32_t numa_node = 0;
+  bool lock_memory = false;
+  bool populate = false;
+  bool verify = false;
+};
+
+enum class FlagSet { ImageOnly, Full, FullWithoutThreads };
+// Adds -m and (Full) --threads, --numa, --mlock, --populate, --verify to `options`.
+void add_model_flags(cxxopts::Options &options, FlagSet set);
+ModelFlags read_model_flags(const cxxopts::ParseResult &result, FlagSet set);
+// Parses a --threads value (1..1024, the library's range).
+uint32_t parse_threads(const std::string &flag, const std::string &text);
+
+// The bundled model's search order (docs/cli.md): the build tree's image, then the install
+// tree's <exe_dir>/<bin-to-data>/colibri/models/colibri-tiny-moe.colibri.
+std::vector<std::string> default_model_candidates();
+// flags.image, or the first default candidate that exists; a Failure saying how to get a
+// model when there is none.
+std::string resolve_model_path(const ModelFlags &flags);
+ModelPtr open_model(const ModelFlags &flags);
+colibri_model_info model_info(const colibri_model *model);
+
+// Whole file as bytes; "-" is standard input. Failure names the flag and the OS error.
+std::string read_text_file(const std::string &flag, const std::string &path);
+
+// Parses the subcommand's argv with `options`; --help prints the help and exits 0; a bad flag
+// or a stray positional argument is a usage Failure.
+cxxopts::ParseResult parse_flags(cxxopts::Options &options, int argc, char **argv, bool *help_shown);
+
+// Tokenizes with the model's tokenizer (flags: COLIBRI_TOKENIZE_*).
+std::vector<int32_t> tokenize(const colibri_model *model, const std::string &text, uint32_t flags);
+std::string detokenize(const colibri_model *model, const std::vector<int32_t> &tokens, uint32_t flags);
+
+// "1,2,3" -> token ids, each checked against the vocabulary.
+std::vector<int32_t> parse_token_list(const std::string &flag, const std::string &text, uint64_t vocab_size);
+
+double seconds_since(uint64_t start_ns);
+uint64_t now_ns();
+
+}  // namespace colibri_cli

@@ -1,0 +1,91 @@
+// cli/main.cpp — `colibri`: the command-line front end of libcolibri (ARCHITECTURE.md §1).
+// Dispatches to the subcommands, turns every Failure and unexpected exception into a
+// one-line message and an exit code (0 ok, 1 failure, 2 usage; docs/cli.md). Configuration
+// is by flags only: no environment variable changes what the program does.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+
+#include "commands.h"
+#include "common.h"
+
+namespace {
+
+struct Subcommand {
+  const char *name;
+  const char *summary;
+  int (*function)(int argc, char **argv);
+};
+
+constexpr Subcommand kSubcommands[] = {
+    {"run", "generate text from a prompt, or chat (--chat); streams as it goes", colibri_cli::run_command},
+    {"bench", "prefill and decode speed, with the memory-bandwidth roofline (llama-bench style)", colibri_cli::bench_command},
+    {"perplexity", "perplexity of a text file (the protocol of models/colibri-tiny-moe/reference.json)",
+     colibri_cli::perplexity_command},
+    {"logits", "logits of a token sequence as a float32 .npy file", colibri_cli::logits_command},
+    {"tokenize", "text to token ids (comma-separated)", colibri_cli::tokenize_command},
+    {"detokenize", "token ids to text", colibri_cli::detokenize_command},
+};
+
+void print_help(std::FILE *out) {
+  std::fprintf(out,
+               "colibri %s (libcolibri %s, ABI %u): run Mixture-of-Experts language models from .colibri images\n\n"
+               "Usage:\n  colibri COMMAND [OPTION...]\n  colibri COMMAND --help\n\nCommands:\n",
+               COLIBRI_VERSION_STRING, colibri_version_string(), colibri_abi_version());
+  for (const Subcommand &c : kSubcommands) std::fprintf(out, "  %-11s %s\n", c.name, c.summary);
+  std::fprintf(out,
+               "\nWithout -m, commands use the bundled model colibri-tiny-moe (built with the project).\n"
+               "Images are made with `colibri-model convert HF_DIR -o X.colibri`.\n\n"
+               "Options:\n  -h, --help     show this help\n  --version      print the versions of colibri and libcolibri\n\n"
+               "Exit status: 0 success, 1 the command failed (model, file, engine), 2 usage error,\n"
+               "130 `run` interrupted by Ctrl-C. Guide: docs/cli.md\n");
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    print_help(stderr);
+    return colibri_cli::kExitUsage;
+  }
+  const std::string first = argv[1];
+  if (first == "-h" || first == "--help" || first == "help") {
+    print_help(stdout);
+    return colibri_cli::kExitOk;
+  }
+  if (first == "--version" || first == "version") {
+    std::printf("colibri %s\nlibcolibri %s (ABI %u)\n", COLIBRI_VERSION_STRING, colibri_version_string(), colibri_abi_version());
+    return colibri_cli::kExitOk;
+  }
+  // The CLI is built against the header of this release: refuse a different ABI generation.
+  if (colibri_abi_version() != COLIBRI_ABI_VERSION) {
+    std::fprintf(stderr, "colibri: libcolibri has ABI version %u but this program needs %u; install the matching libcolibri\n",
+                 colibri_abi_version(), COLIBRI_ABI_VERSION);
+    return colibri_cli::kExitFailure;
+  }
+  const Subcommand *command = nullptr;
+  for (const Subcommand &c : kSubcommands)
+    if (first == c.name) command = &c;
+  if (!command) {
+    std::fprintf(stderr, "colibri: unknown command '%s' (commands: run, bench, perplexity, logits, tokenize, detokenize; "
+                 "see 'colibri --help')\n", first.c_str());
+    return colibri_cli::kExitUsage;
+  }
+  try {
+    return command->function(argc - 1, argv + 1);
+  } catch (const colibri_cli::Failure &f) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "colibri %s: %s\n", command->name, f.message.c_str());
+    return f.exit_code;
+  } catch (const std::bad_alloc &) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "colibri %s: out of memory\n", command->name);
+    return colibri_cli::kExitFailure;
+  } catch (const std::exception &e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "colibri %s: %s\n", command->name, e.what());
+    return colibri_cli::kExitFailure;
+  }
+}

@@ -1,0 +1,425 @@
+// tests/cli/test_cli.cpp — the `colibri` executable end to end, run as a user would (popen):
+// exit codes and messages, the .npy logits against the transformers oracle, greedy decoding,
+// tokenize/detokenize round trips, the bundled model's reference text and perplexity
+// (models/colibri-tiny-moe/reference.json), bench --json. Paths come from CMake:
+//   COLIBRI_CLI_EXE, COLIBRI_MODEL_EXE, COLIBRI_SOURCE_DIR, COLIBRI_CLI_TEST_DIR,
+//   COLIBRI_ORACLE_IMAGE (tests/fixtures/oracle/mixtral_gqa converted as f32),
+//   COLIBRI_DEFAULT_MODEL_IMAGE (the bundled model, built by the default target).
+#define CATCH_CONFIG_MAIN
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+using Catch::Contains;
+using nlohmann::json;
+
+namespace {
+
+struct Run {
+  int exit_code;
+  std::string out;  // standard output
+  std::string err;  // standard error
+};
+
+std::string read_file(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+bool exists(const std::string &path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// Temporary directories, removed when the test process exits.
+struct TempDirs {
+  std::vector<std::string> paths;
+  ~TempDirs() {
+    for (const std::string &p : paths) {
+      std::error_code ignored;
+      std::filesystem::remove_all(p, ignored);
+    }
+  }
+};
+
+std::string temp_dir() {
+  static TempDirs dirs;
+  char tmpl[] = "/tmp/colibri-cli-test-XXXXXX";
+  char *dir = ::mkdtemp(tmpl);
+  REQUIRE(dir);
+  dirs.paths.emplace_back(dir);
+  return dir;
+}
+
+// Runs `colibri ARGS` (ARGS is shell text), stdin from `input` when given.
+Run colibri(const std::string &args, const std::string &input = "") {
+  static const std::string dir = temp_dir();
+  static int counter = 0;
+  const std::string err_path = dir + "/stderr-" + std::to_string(counter) + ".txt";
+  const std::string in_path = dir + "/stdin-" + std::to_string(counter++) + ".txt";
+  std::ofstream(in_path, std::ios::binary) << input;
+  const std::string cmd = std::string(COLIBRI_CLI_EXE) + " " + args + " <" + in_path + " 2>" + err_path;
+  FILE *pipe = ::popen(cmd.c_str(), "r");
+  REQUIRE(pipe);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, read_file(err_path)};
+}
+
+std::string quote(const std::string &s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string join(const std::vector<int> &ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(ids[i]);
+  }
+  return s;
+}
+
+json read_json(const std::string &path) { return json::parse(read_file(path)); }
+
+const std::string kSource = COLIBRI_SOURCE_DIR;
+const std::string kOracleDir = kSource + "/tests/fixtures/oracle/mixtral_gqa";
+const std::string kBundledDir = kSource + "/models/colibri-tiny-moe";
+
+// The oracle image: made by the ctest fixture, or here when the test runs on its own.
+std::string oracle_image() {
+  const std::string image = COLIBRI_ORACLE_IMAGE;
+  if (!exists(image)) {
+    const std::string cmd = std::string(COLIBRI_MODEL_EXE) + " convert " + kOracleDir + " -o " + image + " --dtype f32 --force --quiet";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+  }
+  return image;
+}
+
+std::string bundled_image() {
+  const std::string image = COLIBRI_DEFAULT_MODEL_IMAGE;
+  INFO("the bundled model image is built by the default target: cmake --build BUILD_DIR");
+  REQUIRE(exists(image));
+  return image;
+}
+
+struct Npy {
+  std::string header;  // the dict text, padding included
+  size_t header_total = 0;
+  std::vector<float> values;
+};
+
+Npy read_npy(const std::string &path) {
+  std::string bytes = read_file(path);
+  REQUIRE(bytes.size() >= 10);
+  REQUIRE(bytes.compare(0, 8, std::string("\x93NUMPY\x01\x00", 8)) == 0);
+  size_t length = static_cast<uint8_t>(bytes[8]) | static_cast<size_t>(static_cast<uint8_t>(bytes[9])) << 8;
+  Npy npy;
+  npy.header = bytes.substr(10, length);
+  npy.header_total = 10 + length;
+  REQUIRE((bytes.size() - npy.header_total) % 4 == 0);
+  npy.values.resize((bytes.size() - npy.header_total) / 4);
+  std::memcpy(npy.values.data(), bytes.data() + npy.header_total, bytes.size() - npy.header_total);
+  return npy;
+}
+
+std::vector<float> read_f32(const std::string &path) {
+  std::string bytes = read_file(path);
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), v.size() * 4);
+  return v;
+}
+
+size_t argmax(const float *row, size_t n) {
+  size_t best = 0;
+  for (size_t i = 1; i < n; ++i)
+    if (row[i] > row[best]) best = i;
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("usage errors exit 2 with a message that names the problem", "[cli][usage]") {
+  Run none = colibri("");
+  CHECK(none.exit_code == 2);
+  CHECK_THAT(none.err, Contains("Commands:"));
+  Run unknown = colibri("frobnicate");
+  CHECK(unknown.exit_code == 2);
+  CHECK_THAT(unknown.err, Contains("unknown command 'frobnicate'"));
+  Run negative = colibri("run -p hi -n -5");
+  CHECK(negative.exit_code == 2);
+  CHECK_THAT(negative.err, Contains("-n/--max-tokens must be an integer from 1 to 1000000, got -5"));
+  Run threads = colibri("run -p hi --threads 100000");
+  CHECK(threads.exit_code == 2);
+  CHECK_THAT(threads.err, Contains("--threads must be an integer from 1 to 1024"));
+  Run flag = colibri("run -p hi --no-such-flag");
+  CHECK(flag.exit_code == 2);
+  CHECK_THAT(flag.err, Contains("no-such-flag") && Contains("colibri run --help"));
+  CHECK(colibri("run").exit_code == 2);
+  CHECK(colibri("run -p hi -f x.txt").exit_code == 2);
+  CHECK(colibri("run -p hi stray").exit_code == 2);
+  CHECK(colibri("run -p hi --temp nan").exit_code == 2);
+  CHECK(colibri("run -p hi --numa bind:x").exit_code == 2);
+  CHECK(colibri("logits --tokens 1,2").exit_code == 2);          // no -o
+  CHECK(colibri("logits -o x.npy --tokens 1,,2").exit_code == 2);  // bad list
+  CHECK(colibri("perplexity").exit_code == 2);
+  CHECK(colibri("perplexity -f x --window 64 --stride 65").exit_code == 2);
+  CHECK(colibri("bench -r 0").exit_code == 2);
+  CHECK(colibri("bench -t 1,0").exit_code == 2);
+  CHECK(colibri("tokenize").exit_code == 2);
+  CHECK(colibri("detokenize").exit_code == 2);
+  // Every message is one line on stderr, nothing on stdout.
+  CHECK(negative.out.empty());
+  CHECK(std::count(negative.err.begin(), negative.err.end(), '\n') == 1);
+}
+
+TEST_CASE("--help is complete for every subcommand and exits 0", "[cli][usage]") {
+  Run top = colibri("--help");
+  CHECK(top.exit_code == 0);
+  for (const char *c : {"run", "bench", "perplexity", "logits", "tokenize", "detokenize"}) CHECK_THAT(top.out, Contains(c));
+  CHECK(colibri("--version").exit_code == 0);
+  const std::vector<std::pair<std::string, std::vector<std::string>>> expected = {
+      {"run", {"--model", "--prompt", "--file", "--chat", "--max-tokens", "--temp", "--top-k", "--top-p", "--min-p",
+               "--repeat-penalty", "--presence-penalty", "--frequency-penalty", "--seed", "--stop", "--threads", "--ctx",
+               "--kv-f16", "--numa", "--mlock", "--populate", "--verify", "--raw"}},
+      {"bench", {"--model", "--n-prompt", "--n-gen", "--threads", "--repetitions", "--json", "--profile"}},
+      {"perplexity", {"--model", "--file", "--window", "--stride"}},
+      {"logits", {"--model", "--tokens", "--all-positions", "--output"}},
+      {"tokenize", {"--model", "--prompt", "--file", "--special"}},
+      {"detokenize", {"--model", "--tokens"}},
+  };
+  for (const auto &[command, flags] : expected) {
+    Run help = colibri(command + " --help");
+    INFO(command);
+    CHECK(help.exit_code == 0);
+    for (const std::string &f : flags) CHECK_THAT(help.out, Contains(f));
+  }
+}
+
+TEST_CASE("a missing file or a non-image is a one-line error with exit 1, never a crash", "[cli][errors]") {
+  Run missing = colibri("run -m /nonexistent/model.colibri -p hi");
+  CHECK(missing.exit_code == 1);
+  CHECK_THAT(missing.err, Contains("/nonexistent/model.colibri"));
+  Run text = colibri("tokenize -m " + kBundledDir + "/config.json -p hi");
+  CHECK(text.exit_code == 1);
+  CHECK_THAT(text.err, Contains("not a Colibri image"));
+  Run safetensors = colibri("run -m " + kBundledDir + "/model.safetensors -p hi");
+  CHECK(safetensors.exit_code == 1);
+  CHECK_THAT(safetensors.err, Contains("colibri-model convert"));
+  Run no_prompt_file = colibri("run -m " + oracle_image() + " -f /nonexistent/prompt.txt");
+  CHECK(no_prompt_file.exit_code == 1);
+  CHECK_THAT(no_prompt_file.err, Contains("/nonexistent/prompt.txt"));
+  Run vocab = colibri("logits -m " + oracle_image() + " --tokens 1,512 -o /tmp/never.npy");
+  CHECK(vocab.exit_code == 2);
+  CHECK_THAT(vocab.err, Contains("outside the model's vocabulary"));
+}
+
+TEST_CASE("logits writes a valid .npy equal to the transformers oracle within 1e-4", "[cli][oracle][logits]") {
+  const json oracle = read_json(kOracleDir + "/oracle.json");
+  const std::vector<int> ids = oracle["input_ids"];
+  const size_t vocab = oracle["logits_shape"][1];
+  const std::vector<float> expected = read_f32(kOracleDir + "/logits.bin");
+  REQUIRE(expected.size() == ids.size() * vocab);
+  const std::string dir = temp_dir();
+
+  Run all = colibri("logits -m " + oracle_image() + " --tokens " + join(ids) + " --all-positions -o " + dir + "/all.npy");
+  REQUIRE(all.exit_code == 0);
+  Npy npy = read_npy(dir + "/all.npy");
+  const std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(ids.size()) + ", " +
+                           std::to_string(vocab) + "), }";
+  CHECK(npy.header.compare(0, dict.size(), dict) == 0);
+  CHECK(npy.header.back() == '\n');
+  CHECK(npy.header_total % 64 == 0);
+  REQUIRE(npy.values.size() == expected.size());
+  double max_diff = 0;
+  for (size_t i = 0; i < expected.size(); ++i) max_diff = std::max(max_diff, std::fabs(double(npy.values[i]) - expected[i]));
+  CHECK(max_diff < 1e-4);
+
+  Run last = colibri("logits -m " + oracle_image() + " --tokens " + join(ids) + " -o " + dir + "/last.npy");
+  REQUIRE(last.exit_code == 0);
+  Npy last_npy = read_npy(dir + "/last.npy");
+  const std::string last_dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (1, " + std::to_string(vocab) + "), }";
+  CHECK(last_npy.header.compare(0, last_dict.size(), last_dict) == 0);
+  REQUIRE(last_npy.values.size() == vocab);
+  for (size_t i = 0; i < vocab; ++i) CHECK(std::fabs(last_npy.values[i] - expected[(ids.size() - 1) * vocab + i]) < 1e-4);
+}
+
+TEST_CASE("logits replaces the output atomically and leaves nothing behind on failure", "[cli][logits]") {
+  const std::string dir = temp_dir();
+  std::ofstream(dir + "/out.npy") << "old";
+  REQUIRE(colibri("logits -m " + oracle_image() + " --tokens 1,2,3 -o " + dir + "/out.npy").exit_code == 0);
+  CHECK(read_npy(dir + "/out.npy").values.size() == 512);
+  Run bad = colibri("logits -m " + oracle_image() + " --tokens 1 -o " + dir + "/missing/out.npy");
+  CHECK(bad.exit_code == 1);
+  CHECK_THAT(bad.err, Contains(dir + "/missing"));
+  std::vector<std::string> entries;
+  if (DIR *d = ::opendir(dir.c_str())) {
+    while (dirent *e = ::readdir(d))
+      if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) entries.emplace_back(e->d_name);
+    ::closedir(d);
+  }
+  CHECK(entries == std::vector<std::string>{"out.npy"});
+}
+
+TEST_CASE("greedy decoding reproduces the oracle's greedy tokens", "[cli][oracle][greedy]") {
+  const json oracle = read_json(kOracleDir + "/oracle.json");
+  const std::vector<int> input_ids = oracle["input_ids"];
+  const std::vector<int> greedy = oracle["greedy_tokens"];
+  const std::string image = oracle_image();
+  const std::string dir = temp_dir();
+
+  // The input ids are prompt_text's plus one more token: their text, encoded with special
+  // tokens, gives them back, so `run` can be given the same prompt as text.
+  Run text = colibri("detokenize -m " + image + " --skip-special --tokens " + join(input_ids));
+  REQUIRE(text.exit_code == 0);
+  const std::string prompt = text.out;
+  CHECK(prompt.rfind(oracle["prompt_text"].get<std::string>(), 0) == 0);
+  Run ids = colibri("tokenize -m " + image + " --special -p " + quote(prompt));
+  REQUIRE(ids.exit_code == 0);
+  REQUIRE(ids.out == join(input_ids) + "\n");
+
+  // Step by step through `colibri logits`: the argmax of the last position is the next token.
+  std::vector<int> sequence = input_ids;
+  for (size_t step = 0; step < greedy.size(); ++step) {
+    Run r = colibri("logits -m " + image + " --tokens " + join(sequence) + " -o " + dir + "/step.npy");
+    REQUIRE(r.exit_code == 0);
+    Npy npy = read_npy(dir + "/step.npy");
+    INFO("step " << step);
+    CHECK(static_cast<int>(argmax(npy.values.data(), npy.values.size())) == greedy[step]);
+    sequence.push_back(greedy[step]);
+  }
+
+  // `colibri run --temp 0` streams exactly the text of those tokens.
+  Run expected = colibri("detokenize -m " + image + " --tokens " + join(greedy));
+  REQUIRE(expected.exit_code == 0);
+  Run run = colibri("run -m " + image + " -p " + quote(prompt) + " -n " + std::to_string(greedy.size()) +
+                    " --temp 0 --ignore-eos --raw");
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.out == expected.out);
+  CHECK_THAT(run.err, Contains("generated " + std::to_string(greedy.size()) + " tokens") && Contains("finish: length"));
+}
+
+TEST_CASE("tokenize and detokenize round-trip text", "[cli][tokenizer]") {
+  const std::string text = "In the beginning God created the heaven and the earth.\nAnd the earth was without form; 42 — café.";
+  for (const std::string &image : {oracle_image(), bundled_image()}) {
+    INFO(image);
+    Run ids = colibri("tokenize -m " + image + " -f -", text);
+    REQUIRE(ids.exit_code == 0);
+    REQUIRE(ids.out.back() == '\n');
+    CHECK(ids.out.find_first_not_of("0123456789,\n") == std::string::npos);
+    Run back = colibri("detokenize -m " + image + " --tokens " + ids.out.substr(0, ids.out.size() - 1));
+    REQUIRE(back.exit_code == 0);
+    CHECK(back.out == text);
+    // With --special the post-processor's BOS comes first; --skip-special leaves it out again.
+    Run special = colibri("tokenize -m " + image + " --special -f -", text);
+    REQUIRE(special.exit_code == 0);
+    CHECK(special.out.size() > ids.out.size());
+    Run skipped = colibri("detokenize -m " + image + " --skip-special --tokens " + special.out.substr(0, special.out.size() - 1));
+    CHECK(skipped.out == text);
+  }
+}
+
+TEST_CASE("run without -m uses the bundled model and prints the reference greedy text", "[cli][bundled]") {
+  bundled_image();
+  const json reference = read_json(kBundledDir + "/reference.json");
+  const std::string prompt = reference["greedy"]["prompt"];
+  const std::string text = reference["greedy"]["generated_text"];
+  const int n = reference["greedy"]["new_tokens"];
+  Run run = colibri("run -p " + quote(prompt) + " -n " + std::to_string(n) + " --temp 0");
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.out == prompt + text + "\n");
+  CHECK_THAT(run.err, Contains("prompt 5 tokens") && Contains("generated 32 tokens") && Contains("tokens/s") &&
+                          Contains("finish: length"));
+  Run raw = colibri("run -p " + quote(prompt) + " -n " + std::to_string(n) + " --temp 0 --raw");
+  REQUIRE(raw.exit_code == 0);
+  CHECK(raw.out == text);
+}
+
+TEST_CASE("the bundled model's logits equal the committed transformers reference", "[cli][bundled]") {
+  const json reference = read_json(kBundledDir + "/reference.json");
+  const std::vector<int> ids = reference["reference_logits"]["token_ids"];
+  const std::vector<float> expected = read_f32(kBundledDir + "/reference_logits.bin");
+  const std::string dir = temp_dir();
+  Run r = colibri("logits --tokens " + join(ids) + " --all-positions -o " + dir + "/ref.npy");
+  REQUIRE(r.exit_code == 0);
+  Npy npy = read_npy(dir + "/ref.npy");
+  REQUIRE(npy.values.size() == expected.size());
+  double max_diff = 0;
+  for (size_t i = 0; i < expected.size(); ++i) max_diff = std::max(max_diff, std::fabs(double(npy.values[i]) - expected[i]));
+  CHECK(max_diff < 1e-4);
+}
+
+TEST_CASE("perplexity of the bundled model on the held-out text is within 0.5% of transformers'", "[cli][bundled][perplexity]") {
+  bundled_image();
+  const json reference = read_json(kBundledDir + "/reference.json");
+  const double expected = reference["perplexity"]["value"];
+  Run r = colibri("perplexity -f " + kBundledDir + "/heldout.txt --window 256 --stride 256 --json");
+  REQUIRE(r.exit_code == 0);
+  const json result = json::parse(r.out);
+  const double ppl = result["perplexity"];
+  INFO("colibri " << ppl << " vs transformers " << expected);
+  CHECK(std::fabs(ppl / expected - 1) < 0.005);
+  CHECK(result["tokens_in_file"] == reference["perplexity"]["tokens_in_file"]);
+  CHECK(result["tokens_scored"] == reference["perplexity"]["tokens_scored"]);
+  CHECK(result["tokens_per_second"].get<double>() > 0);
+}
+
+TEST_CASE("chat keeps a conversation on stdin with the model's template", "[cli][chat]") {
+  Run chat = colibri("run --chat -n 8 --temp 0", "And God said,\n/reset\nIn the beginning\n");
+  REQUIRE(chat.exit_code == 0);
+  CHECK(std::count(chat.out.begin(), chat.out.end(), '\n') == 2);
+  CHECK_THAT(chat.err, Contains("2 turns") && Contains("conversation cleared"));
+}
+
+TEST_CASE("bench --json parses and has the table's fields", "[cli][bench]") {
+  Run r = colibri("bench -p 16 -n 8 -r 3 -t 1 --json --profile --probe-mib 32");
+  REQUIRE(r.exit_code == 0);
+  const json j = json::parse(r.out);
+  CHECK(j["model"]["family"] == "qwen3_moe");
+  CHECK(j["model"]["active_weight_bytes"].get<uint64_t>() > 0);
+  CHECK(j["model"]["parameter_count"].get<uint64_t>() > j["model"]["active_parameter_count"].get<uint64_t>());
+  CHECK(j["model"]["file_size_bytes"].get<uint64_t>() > 0);
+  CHECK(j["backend"].get<std::string>().rfind("cpu-", 0) == 0);
+  REQUIRE(j["bandwidth"].size() == 1);
+  CHECK(j["bandwidth"][0]["read_gb_per_s"].get<double>() > 0);
+  REQUIRE(j["results"].size() == 2);
+  const json &pp = j["results"][0], &tg = j["results"][1];
+  CHECK(pp["test"] == "pp16");
+  CHECK(tg["test"] == "tg8");
+  for (const json *t : {&pp, &tg}) {
+    CHECK((*t)["threads"] == 1);
+    CHECK((*t)["tokens_per_second"]["samples"].size() == 3);
+    const json &tps = (*t)["tokens_per_second"];
+    CHECK(tps["median"].get<double>() > 0);
+    CHECK(tps["min"].get<double>() <= tps["median"].get<double>());
+    CHECK(tps["median"].get<double>() <= tps["max"].get<double>());
+    CHECK(tps["sd"].get<double>() >= 0);
+    CHECK((*t)["profile"]["stage_ns_per_token"].contains("experts"));
+  }
+  CHECK(tg["roofline_percent"].get<double>() > 0);
+  CHECK(tg["roofline_tokens_per_second"].get<double>() > 0);
+  CHECK_FALSE(pp.contains("roofline_percent"));
+
+  Run table = colibri("bench -p 16 -n 8 -r 3 -t 1 --probe-mib 32");
+  REQUIRE(table.exit_code == 0);
+  CHECK_THAT(table.out, Contains("| model | size | params | backend | threads | test | t/s |") && Contains("| pp16 |") &&
+                            Contains("| tg8 |") && Contains("GB/s") && Contains(" ± "));
+}
