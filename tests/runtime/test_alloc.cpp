@@ -10,13 +10,28 @@
 
 static std::atomic<size_t> g_allocations{0};
 
-void *operator new(size_t size) {
+// Every replaceable form is replaced, all on malloc/free, so allocation and deallocation
+// always match (ASan checks that) and every allocation is counted.
+static void *counted_alloc(size_t size) {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void *p = std::malloc(size ? size : 1)) return p;
+  return std::malloc(size ? size : 1);
+}
+void *operator new(size_t size) {
+  if (void *p = counted_alloc(size)) return p;
   throw std::bad_alloc();
 }
+void *operator new[](size_t size) {
+  if (void *p = counted_alloc(size)) return p;
+  throw std::bad_alloc();
+}
+void *operator new(size_t size, const std::nothrow_t &) noexcept { return counted_alloc(size); }
+void *operator new[](size_t size, const std::nothrow_t &) noexcept { return counted_alloc(size); }
 void operator delete(void *p) noexcept { std::free(p); }
+void operator delete[](void *p) noexcept { std::free(p); }
 void operator delete(void *p, size_t) noexcept { std::free(p); }
+void operator delete[](void *p, size_t) noexcept { std::free(p); }
+void operator delete(void *p, const std::nothrow_t &) noexcept { std::free(p); }
+void operator delete[](void *p, const std::nothrow_t &) noexcept { std::free(p); }
 
 using namespace colibri;
 
