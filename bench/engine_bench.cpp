@@ -1,15 +1,14 @@
 // bench/engine_bench.cpp — prefill and decode speed of the CPU engine, with the roofline
 // measured in the same run (ARCHITECTURE.md §9). Prints figures; asserts nothing.
 //
-//   engine_bench --model IMAGE [--threads 2] [--reps 3]
+//   engine_bench --model IMAGE [--threads 2] [--reps 3] [--isa avx512|avx2|scalar]
 //   engine_bench --make DIR --dtype f16|q8      (writes the benchmark-shape checkpoint with
 //                the seeded synthetic writer, converts it with colibri-model, then runs)
 //
 // Decode is reported as a percentage of bandwidth / active weight bytes per token, with the
-// bandwidth measured by a read probe on the same thread count right before; prefill as a
-// percentage of the FMA peak measured by a register-only FMA loop on the same threads.
-#include <immintrin.h>
-
+// bandwidth measured by the shared read probe (bench/probe) on the same thread count right
+// before; prefill as a percentage of the FMA peak of the instruction set the kernels run on
+// (--isa caps it; default: the best the CPU has), measured on the same threads.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +18,7 @@
 #include <vector>
 
 #include "convert/synthetic_checkpoint.h"
+#include "machine_probe.h"
 #include "model/model.h"
 #include "runtime/session.h"
 #include "util/thread_pool.h"
@@ -35,59 +35,6 @@ struct Stats {
 Stats stats(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return {v[v.size() / 2], v.front(), v.back()};
-}
-
-// STREAM-like read bandwidth: each thread sums its own slice of a 1 GiB buffer.
-double read_bandwidth_gbs(util::ThreadPool &pool) {
-  const size_t bytes = 1ull << 30, n = bytes / sizeof(uint64_t);
-  std::vector<uint64_t> buffer(n, 1);
-  std::vector<uint64_t> sums(pool.thread_count() * 8, 0);
-  std::vector<double> rates;
-  for (int rep = 0; rep < 4; ++rep) {
-    double t0 = now_s();
-    pool.parallel_for(pool.thread_count(), [&](size_t task, size_t) {
-      size_t begin = n * task / pool.thread_count(), end = n * (task + 1) / pool.thread_count();
-      uint64_t a = 0, b = 0, c = 0, d = 0;
-      for (size_t i = begin; i + 4 <= end; i += 4) {
-        a += buffer[i];
-        b += buffer[i + 1];
-        c += buffer[i + 2];
-        d += buffer[i + 3];
-      }
-      sums[task * 8] = a + b + c + d;
-    });
-    double elapsed = now_s() - t0;
-    if (rep > 0) rates.push_back(static_cast<double>(bytes) / elapsed / 1e9);
-  }
-  return stats(rates).median;
-}
-
-// Peak fp32 FMA throughput (GFLOP/s) with AVX2: 10 independent accumulator chains per thread.
-__attribute__((target("avx2,fma"))) float fma_loop(size_t iterations) {
-  __m256 acc[10];
-  for (int i = 0; i < 10; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
-  const __m256 m = _mm256_set1_ps(0.999999f), a = _mm256_set1_ps(1e-7f);
-  for (size_t it = 0; it < iterations; ++it)
-    for (int i = 0; i < 10; ++i) acc[i] = _mm256_fmadd_ps(acc[i], m, a);
-  __m256 s = acc[0];
-  for (int i = 1; i < 10; ++i) s = _mm256_add_ps(s, acc[i]);
-  float out[8];
-  _mm256_storeu_ps(out, s);
-  return out[0];
-}
-
-double fma_peak_gflops(util::ThreadPool &pool) {
-  const size_t iterations = 20'000'000;
-  std::vector<float> sink(pool.thread_count() * 16, 0.0f);
-  std::vector<double> rates;
-  for (int rep = 0; rep < 4; ++rep) {
-    double t0 = now_s();
-    pool.parallel_for(pool.thread_count(), [&](size_t task, size_t) { sink[task * 16] = fma_loop(iterations); });
-    double elapsed = now_s() - t0;
-    double flops = 2.0 * 8 * 10 * static_cast<double>(iterations) * static_cast<double>(pool.thread_count());
-    if (rep > 0) rates.push_back(flops / elapsed / 1e9);
-  }
-  return stats(rates).median;
 }
 
 uint64_t matrix_bytes(const model::WeightMatrix &m) { return m.present() ? m.matrix_bytes : 0; }
@@ -150,6 +97,7 @@ int main(int argc, char **argv) {
   std::string model_path, make_dir, dtype = "f16";
   size_t threads = 2;
   int reps = 3;
+  kernels::Isa isa = kernels::Isa::Avx512;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -164,8 +112,18 @@ int main(int argc, char **argv) {
     else if (a == "--dtype") dtype = value();
     else if (a == "--threads") threads = std::strtoull(value().c_str(), nullptr, 10);
     else if (a == "--reps") reps = std::max(3, std::atoi(value().c_str()));
-    else {
-      std::fprintf(stderr, "usage: engine_bench (--model IMAGE | --make DIR [--dtype f16|q8]) [--threads N] [--reps N]\n");
+    else if (a == "--isa") {
+      const std::string v = value();
+      if (v == "avx512") isa = kernels::Isa::Avx512;
+      else if (v == "avx2") isa = kernels::Isa::Avx2;
+      else if (v == "scalar") isa = kernels::Isa::Scalar;
+      else {
+        std::fprintf(stderr, "engine_bench: --isa must be avx512, avx2 or scalar, not '%s'\n", v.c_str());
+        return 2;
+      }
+    } else {
+      std::fprintf(stderr, "usage: engine_bench (--model IMAGE | --make DIR [--dtype f16|q8]) [--threads N] [--reps N] "
+                           "[--isa avx512|avx2|scalar]\n");
       return 2;
     }
   }
@@ -183,14 +141,11 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "engine_bench: %s\n", err.message.c_str());
     return 1;
   }
-  util::ThreadPoolOptions po;
-  po.thread_count = threads;
-  util::ThreadPool probe_pool(po);
-
   runtime::SessionOptions so;
   so.context_length = 1024;
   so.max_batch_tokens = 512;
   so.threads = threads;
+  so.max_isa = isa;
   auto s = runtime::Session::create(*m, so, &err);
   if (!s) {
     std::fprintf(stderr, "engine_bench: %s\n", err.message.c_str());
@@ -231,9 +186,23 @@ int main(int argc, char **argv) {
     return static_cast<double>(n) / (now_s() - t0);
   };
 
-  double bandwidth = read_bandwidth_gbs(probe_pool);
-  double peak = fma_peak_gflops(probe_pool);
-  std::printf("measured: read bandwidth %.1f GB/s, FMA peak %.1f GFLOP/s (%zu threads)\n\n", bandwidth, peak, threads);
+  // The roofline: the read probe with the loads of the kernels' instruction set (see
+  // machine_probe.h); with narrower kernels than the CPU's, the widest loads are shown too.
+  colibri_probe::ReadProbeOptions ro;
+  ro.threads = threads;
+  ro.max_isa = kernels::isa_name(s->isa());
+  const colibri_probe::ReadProbeResult read = colibri_probe::measure_read_bandwidth(ro);
+  const colibri_probe::FmaProbeResult fma = colibri_probe::measure_fma_peak(threads, kernels::isa_name(s->isa()));
+  const double bandwidth = read.median_gbs, peak = fma.gflops;
+  std::printf("measured: read bandwidth %.1f GB/s [%.1f..%.1f] (%zu MiB, %s loads), FMA peak %.1f GFLOP/s (%s), %zu threads\n",
+              bandwidth, read.min_gbs, read.max_gbs, read.buffer_bytes >> 20, read.loads.c_str(), peak, fma.isa.c_str(), threads);
+  if (colibri_probe::probe_isa("") != read.loads) {
+    ro.max_isa.clear();
+    const colibri_probe::ReadProbeResult wide = colibri_probe::measure_read_bandwidth(ro);
+    std::printf("  (with %s loads the probe reads %.1f GB/s [%.1f..%.1f]; the roofline above uses %.1f%% of that)\n", wide.loads.c_str(),
+                wide.median_gbs, wide.min_gbs, wide.max_gbs, 100.0 * bandwidth / wide.median_gbs);
+  }
+  std::printf("\n");
   std::printf("| test  | t/s median | min | max | roofline |\n|---|---|---|---|---|\n");
   decode(8);  // warm-up
   for (size_t n : {128, 512}) {

@@ -24,12 +24,9 @@
 
 #include <time.h>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "core/util/thread_pool.h"
 #include "kernels/cpu/kernels.h"
+#include "machine_probe.h"
 
 namespace {
 
@@ -91,97 +88,6 @@ struct AlignedBuffer {
 };
 
 // ---- probes --------------------------------------------------------------------------------
-
-// Reads n bytes (a multiple of 8 · 64) as 8 interleaved sequential streams, one 64-byte line
-// from each in turn: the access pattern of a decode tile (8 weight rows at once), so the
-// memory-level parallelism is comparable. Sums 64-bit words so nothing is optimised away.
-#if defined(__x86_64__)
-__attribute__((target("avx2"))) uint64_t read_streams_avx2(const unsigned char *p, size_t n) {
-  const size_t stream = n / 8;
-  __m256i acc[8];
-  for (int s = 0; s < 8; ++s) acc[s] = _mm256_setzero_si256();
-  for (size_t off = 0; off + 64 <= stream; off += 64) {
-    for (int s = 0; s < 8; ++s) {
-      const unsigned char *line = p + s * stream + off;
-      acc[s] = _mm256_add_epi64(acc[s], _mm256_loadu_si256(reinterpret_cast<const __m256i *>(line)));
-      acc[s] = _mm256_add_epi64(acc[s], _mm256_loadu_si256(reinterpret_cast<const __m256i *>(line + 32)));
-    }
-  }
-  __m256i total = acc[0];
-  for (int s = 1; s < 8; ++s) total = _mm256_add_epi64(total, acc[s]);
-  uint64_t lanes[4];
-  _mm256_storeu_si256(reinterpret_cast<__m256i *>(lanes), total);
-  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
-}
-#endif
-
-uint64_t read_streams_portable(const unsigned char *p, size_t n) {
-  const size_t stream = n / 8;
-  uint64_t acc[8] = {};
-  for (size_t off = 0; off + 64 <= stream; off += 64)
-    for (int s = 0; s < 8; ++s) {
-      uint64_t words[8];
-      std::memcpy(words, p + s * stream + off, 64);
-      for (int w = 0; w < 8; ++w) acc[s] += words[w];
-    }
-  return acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
-}
-
-uint64_t read_streams(const unsigned char *p, size_t n) {
-#if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx2")) return read_streams_avx2(p, n);
-#endif
-  return read_streams_portable(p, n);
-}
-
-// GB/s reading `buffer` once, split over the pool's threads.
-double read_bandwidth(ThreadPool &pool, const AlignedBuffer &buffer) {
-  const size_t threads = pool.thread_count();
-  const size_t slice = buffer.bytes / threads / 512 * 512;
-  std::vector<uint64_t> sink(threads);
-  const Clock::time_point start = Clock::now();
-  pool.parallel_for(threads, [&](size_t task, size_t) { sink[task] = read_streams(buffer.data + task * slice, slice); });
-  const double s = seconds_since(start);
-  volatile uint64_t keep = 0;
-  for (uint64_t v : sink) keep = keep + v;
-  return double(slice * threads) / s / 1e9;
-}
-
-#if defined(__x86_64__)
-__attribute__((target("avx512f"))) double fma_peak_avx512(size_t iterations) {
-  __m512 acc[12];
-  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(float(i));
-  const __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-7f);
-  const double start = thread_cpu_seconds();
-  for (size_t it = 0; it < iterations; ++it)
-    for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], m, a);
-  const double s = thread_cpu_seconds() - start;
-  float out[16];
-  __m512 sum = acc[0];
-  for (int i = 1; i < 12; ++i) sum = _mm512_add_ps(sum, acc[i]);
-  _mm512_storeu_ps(out, sum);
-  volatile float keep = out[0];
-  (void)keep;
-  return double(iterations) * 12 * 16 * 2 / s / 1e9;
-}
-
-__attribute__((target("avx2,fma"))) double fma_peak_avx2(size_t iterations) {
-  __m256 acc[12];
-  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(float(i));
-  const __m256 m = _mm256_set1_ps(0.999999f), a = _mm256_set1_ps(1e-7f);
-  const double start = thread_cpu_seconds();
-  for (size_t it = 0; it < iterations; ++it)
-    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], m, a);
-  const double s = thread_cpu_seconds() - start;
-  float out[8];
-  __m256 sum = acc[0];
-  for (int i = 1; i < 12; ++i) sum = _mm256_add_ps(sum, acc[i]);
-  _mm256_storeu_ps(out, sum);
-  volatile float keep = out[0];
-  (void)keep;
-  return double(iterations) * 12 * 8 * 2 / s / 1e9;
-}
-#endif
 
 // ---- matrices ------------------------------------------------------------------------------
 
@@ -325,39 +231,22 @@ int main(int argc, char **argv) {
     std::fclose(f);
   }
 
-  // Probes.
+  // Probes (bench/probe, shared with engine_bench and `colibri bench`).
   double read_gbs[2] = {0, 0};
-  {
-    AlignedBuffer probe(dram_bytes);
-    std::memset(probe.data, 1, probe.bytes);
-    for (int p = 0; p < 2; ++p) {
-      std::vector<double> cpu;
-      const Stats s = measure(opt.runs, [&] {
-        const double c0 = thread_cpu_seconds();
-        const double gbs = read_bandwidth(*pools[p], probe);
-        cpu.push_back(double(probe.bytes / 512 * 512) / (thread_cpu_seconds() - c0) / 1e9);
-        return gbs;
-      });
-      read_gbs[p] = s.median;
-      std::printf("memory read bandwidth, %zu thread(s), %zu MiB: %s", pools[p]->thread_count(),
-                  dram_bytes >> 20, format(s, "GB/s").c_str());
-      if (p == 0) std::printf("   per CPU-second: %.1f GB/s", median_after_warmup(cpu));
-      std::printf("\n");
-    }
+  for (int p = 0; p < 2; ++p) {
+    colibri_probe::ReadProbeOptions ro;
+    ro.threads = pools[p]->thread_count();
+    ro.buffer_bytes = dram_bytes;
+    ro.repetitions = static_cast<size_t>(opt.runs);
+    const colibri_probe::ReadProbeResult r = colibri_probe::measure_read_bandwidth(ro);
+    read_gbs[p] = r.median_gbs;
+    std::printf("memory read bandwidth, %zu thread(s), %zu MiB, %s loads: %.1f GB/s [%.1f..%.1f]\n", r.threads,
+                r.buffer_bytes >> 20, r.loads.c_str(), r.median_gbs, r.min_gbs, r.max_gbs);
   }
-#if defined(__x86_64__)
-  {
-    const bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2");
-    if (avx2) {
-      const Stats s = measure(opt.runs, [] { return fma_peak_avx2(20'000'000); });
-      std::printf("fp32 FMA peak, 1 thread, avx2, per CPU-second:   %s\n", format(s, "GFLOP/s").c_str());
-    }
-    if (avx512) {
-      const Stats s = measure(opt.runs, [] { return fma_peak_avx512(20'000'000); });
-      std::printf("fp32 FMA peak, 1 thread, avx512, per CPU-second: %s\n", format(s, "GFLOP/s").c_str());
-    }
+  for (const char *isa : {"avx2", "avx512"}) {
+    const colibri_probe::FmaProbeResult f = colibri_probe::measure_fma_peak(1, isa);
+    if (f.isa == isa) std::printf("fp32 FMA peak, 1 thread, %s: %.1f GFLOP/s\n", isa, f.gflops);
   }
-#endif
   {
     const Stats s = measure(opt.runs, [&] {
       const int calls = 20000;

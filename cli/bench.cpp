@@ -14,7 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bandwidth.h"
+#include "machine_probe.h"
+
 #include "commands.h"
 #include "common.h"
 
@@ -158,8 +159,8 @@ int bench_command(int argc, char **argv) {
        cxxopts::value<std::string>(), "N,...")
       ("r,repetitions", "timed runs per test after the warm-up, 1..1000", cxxopts::value<std::string>()->default_value("3"), "R")
       ("kv-f16", "store the KV cache as f16")
-      ("probe-mib", "size of the bandwidth probe's buffer in MiB, 16..65536 (it must dwarf the caches)",
-       cxxopts::value<std::string>()->default_value("512"), "MIB");
+      ("probe-mib", "size of the bandwidth probe's buffer in MiB, 16..65536 (it must dwarf the caches; default: "
+       "max(1024, 4 x the last-level cache))", cxxopts::value<std::string>(), "MIB");
   options.add_options("Output")
       ("json", "print one JSON object instead of the table")
       ("profile", "add the per-stage time breakdown (colibri_session_get_stats) of every test");
@@ -173,7 +174,9 @@ int bench_command(int argc, char **argv) {
                                            ? parse_integer_list("-t/--threads", flags["threads"].as<std::string>(), 1, 1024)
                                            : std::vector<int64_t>{static_cast<int64_t>(available_cpus())};
   const size_t repetitions = static_cast<size_t>(parse_integer("-r/--repetitions", flags["repetitions"].as<std::string>(), 1, 1000));
-  const size_t probe_bytes = static_cast<size_t>(parse_integer("--probe-mib", flags["probe-mib"].as<std::string>(), 16, 65536)) << 20;
+  const size_t probe_bytes =
+      flags.count("probe-mib") ? static_cast<size_t>(parse_integer("--probe-mib", flags["probe-mib"].as<std::string>(), 16, 65536)) << 20
+                               : colibri_probe::default_probe_bytes();
   const bool json = flags.count("json") > 0, profile = flags.count("profile") > 0;
   prompt_lengths.erase(std::remove(prompt_lengths.begin(), prompt_lengths.end(), 0), prompt_lengths.end());
   gen_lengths.erase(std::remove(gen_lengths.begin(), gen_lengths.end(), 0), gen_lengths.end());
@@ -192,7 +195,7 @@ int bench_command(int argc, char **argv) {
   longest = std::max(longest, longest_prompt);
 
   std::vector<TestResult> results;
-  std::vector<std::pair<uint32_t, double>> bandwidths;
+  std::vector<colibri_probe::ReadProbeResult> bandwidths;
   std::string backend;
   for (int64_t t : thread_counts) {
     const uint32_t threads = static_cast<uint32_t>(t);
@@ -201,8 +204,11 @@ int bench_command(int argc, char **argv) {
     si.struct_size = sizeof si;
     check_api(colibri_session_get_info(session.get(), &si), "session info");
     backend = si.backend;
-    double bandwidth = measure_read_bandwidth_gbs(threads, probe_bytes, 5);
-    bandwidths.emplace_back(threads, bandwidth);
+    colibri_probe::ReadProbeOptions probe;
+    probe.threads = threads;
+    probe.buffer_bytes = probe_bytes;
+    bandwidths.push_back(colibri_probe::measure_read_bandwidth(probe));
+    const double bandwidth = bandwidths.back().median_gbs;
     for (int64_t p : prompt_lengths) results.push_back(bench.run_test(session.get(), threads, false, static_cast<size_t>(p), repetitions));
     for (int64_t n : gen_lengths) {
       TestResult r = bench.run_test(session.get(), threads, true, static_cast<size_t>(n), repetitions);
@@ -233,8 +239,13 @@ int bench_command(int argc, char **argv) {
     out["repetitions"] = repetitions;
     out["kv_dtype"] = colibri_dtype_name(kv_dtype);
     out["bandwidth"] = nlohmann::json::array();
-    for (const auto &[threads, gbs] : bandwidths)
-      out["bandwidth"].push_back({{"threads", threads}, {"read_gb_per_s", gbs}, {"probe_bytes", probe_bytes}});
+    for (const colibri_probe::ReadProbeResult &b : bandwidths)
+      out["bandwidth"].push_back({{"threads", b.threads},
+                                  {"read_gb_per_s", b.median_gbs},
+                                  {"read_gb_per_s_min", b.min_gbs},
+                                  {"read_gb_per_s_max", b.max_gbs},
+                                  {"probe_bytes", b.buffer_bytes},
+                                  {"probe_loads", b.loads}});
     out["results"] = nlohmann::json::array();
     for (const TestResult &r : results) {
       nlohmann::json j = {{"test", r.name},
@@ -271,10 +282,11 @@ int bench_command(int argc, char **argv) {
               static_cast<unsigned long long>(info.expert_count), static_cast<unsigned long long>(info.top_k),
               colibri_dtype_name(info.weight_dtype), format_count(static_cast<double>(info.parameter_count)).c_str(),
               format_count(static_cast<double>(info.active_parameter_count)).c_str(), static_cast<double>(info.active_weight_bytes) / 1e6);
-  std::printf("memory read bandwidth (STREAM-like probe, %zu MiB):", probe_bytes >> 20);
+  std::printf("memory read bandwidth (STREAM-like probe, %zu MiB, %s loads, median of 5):", probe_bytes >> 20,
+              bandwidths.empty() ? "-" : bandwidths.front().loads.c_str());
   for (size_t i = 0; i < bandwidths.size(); ++i)
-    std::printf("%s %u thread%s %.1f GB/s", i ? "," : "", bandwidths[i].first, bandwidths[i].first == 1 ? "" : "s",
-                bandwidths[i].second);
+    std::printf("%s %zu thread%s %.1f GB/s [%.1f..%.1f]", i ? "," : "", bandwidths[i].threads, bandwidths[i].threads == 1 ? "" : "s",
+                bandwidths[i].median_gbs, bandwidths[i].min_gbs, bandwidths[i].max_gbs);
   std::printf("\n\n| model | size | params | backend | threads | test | t/s | min … max | decode roofline |\n"
               "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
   for (const TestResult &r : results) {

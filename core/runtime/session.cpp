@@ -46,7 +46,7 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
                              kv_bytes / (1ull << 30)));
 
   std::unique_ptr<Session> s(new Session(model, options));
-  s->kernels_ = options.force_scalar ? &kernels::kernel_table(kernels::Isa::Scalar) : &kernels::default_kernel_table();
+  s->kernels_ = &kernels::kernel_table(options.force_scalar ? kernels::Isa::Scalar : std::min(options.max_isa, kernels::best_isa()));
   if (options.kv_dtype != KvDtype::F32 && options.kv_dtype != KvDtype::F16)
     return invalid("kv_dtype must be F32 or F16");
   util::ThreadPoolOptions pool_options;

@@ -32,6 +32,10 @@ struct SessionOptions {
   size_t threads = 0;                // 0 = all CPUs this process may use
   bool pin_threads = false;
   bool force_scalar = false;         // use the scalar kernels (tests, debugging)
+  // The most capable kernel level to use: the session gets the best level the CPU supports
+  // at or below it (Avx2 on an AVX-512 machine runs the AVX2 kernels: tests, benchmarks
+  // against an AVX2 target). force_scalar wins over it.
+  kernels::Isa max_isa = kernels::Isa::Avx512;
   NonFinitePolicy non_finite = NonFinitePolicy::Error;
   KvDtype kv_dtype = KvDtype::F32;   // F16 halves the cache; keys/values are rounded on write
   util::NumaPolicy numa;             // bind:N runs the pool's threads on node N's CPUs

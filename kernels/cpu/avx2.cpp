@@ -18,7 +18,8 @@ struct Simd {
   // Keeps v in a register: stops the compiler from re-loading it as a memory operand of
   // every FMA that uses it (which would double the loads of a tile).
   static void pin(F &v) { asm("" : "+x"(v)); }
-  static void prefetch(const char *p) { _mm_prefetch(p, _MM_HINT_T0); }
+  static void prefetch_l1(const char *p) { __builtin_prefetch(p, 0, 3); }  // prefetcht0
+  static void prefetch_l2(const char *p) { __builtin_prefetch(p, 0, 2); }  // prefetcht1
 
   static __m256i tail_mask(size_t n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),

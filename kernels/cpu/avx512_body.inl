@@ -29,7 +29,8 @@ struct Simd {
   // Keeps v in a register: stops the compiler from re-loading it as a memory operand of
   // every FMA that uses it (which would double the loads of a tile).
   static void pin(F &v) { asm("" : "+v"(v)); }
-  static void prefetch(const char *p) { _mm_prefetch(p, _MM_HINT_T0); }
+  static void prefetch_l1(const char *p) { __builtin_prefetch(p, 0, 3); }  // prefetcht0
+  static void prefetch_l2(const char *p) { __builtin_prefetch(p, 0, 2); }  // prefetcht1
 
   static __mmask16 tail_mask(size_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
   static F zero() { return _mm512_setzero_ps(); }

@@ -33,12 +33,9 @@ inline __m256i dot32_epi8(__m256i w_abs, __m256i w_raw, __m256i x) {
 #endif
 }
 
-// How far ahead of the current block each weight row is prefetched.
-inline constexpr size_t kQ8PrefetchBytes = 1024;
-
 // The q8 tile kernel (interface: see "A tile kernel" in matmul_generic.inl). Pairs
 // p = r * TT + t are processed in groups of 8, one fp32 lane per pair.
-template <int GS>
+template <int GS, Path P>
 struct Q8Tile {
   static constexpr size_t kStep = GS;
   static constexpr size_t kBlockK = 2048;
@@ -69,7 +66,7 @@ struct Q8Tile {
       __m256i w_raw[R][kHalves];
       for (int r = 0; r < R; ++r) {
         const unsigned char *row = w + r * a.w_stride;
-        _mm_prefetch(reinterpret_cast<const char *>(row) + kQ8PrefetchBytes, _MM_HINT_T0);
+        prefetch_weights<Simd, P, R>(row, a.w_stride);
         std::memcpy(&dw[r], row, 4);
         for (int h = 0; h < kHalves; ++h) {
           w_raw[r][h] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(row + 4 + 32 * h));

@@ -91,7 +91,8 @@ struct Simd {
   };
   static constexpr size_t kLanes = 8;
   static void pin(F &) {}
-  static void prefetch(const char *p) { __builtin_prefetch(p); }
+  static void prefetch_l1(const char *p) { __builtin_prefetch(p, 0, 3); }
+  static void prefetch_l2(const char *p) { __builtin_prefetch(p, 0, 2); }
 
   static F zero() {
     F r;
@@ -142,7 +143,7 @@ constexpr int kGemmRows = 2;
 constexpr int kGemmTokens = 4;
 
 // The reference q8 block rule: exact int32 block sum, then acc = acc + (dw·dx)·isum in fp32.
-template <int GS>
+template <int GS, Path /* scalar: no prefetch */>
 struct Q8Tile {
   static constexpr size_t kStep = GS;
   static constexpr size_t kBlockK = 2048;

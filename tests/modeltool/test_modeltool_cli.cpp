@@ -67,7 +67,7 @@ TEST_CASE("usage errors exit 2 with help", "[cli]") {
   CHECK(run_tool("verify --help").exit_code == 0);
 }
 
-TEST_CASE("inspect prints the header, tensor table and totals; --json is parseable", "[cli]") {
+TEST_CASE("inspect prints the header, tensor table and totals, --json is parseable", "[cli]") {
   std::string path = make_image(testing::temp_dir("cli-inspect"));
   Run text = run_tool("inspect " + path);
   REQUIRE(text.exit_code == 0);

@@ -34,7 +34,7 @@ TEST_CASE("greedy picks the argmax, ties to the lower id", "[sampler]") {
   CHECK(s.sample(logits.data()) == 1);
 }
 
-TEST_CASE("same seed, same tokens; another seed, another sequence", "[sampler]") {
+TEST_CASE("same seed, same tokens, another seed, another sequence", "[sampler]") {
   std::vector<float> logits(50);
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(static_cast<float>(i));
   auto run = [&](uint64_t seed) {

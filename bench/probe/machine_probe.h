@@ -1,0 +1,69 @@
+// bench/probe/machine_probe.h — what the machine can do, measured on the spot: a STREAM-like
+// memory read probe and an fp32 FMA peak probe (ARCHITECTURE.md §9: every roofline figure is
+// a ratio to a probe run in the same process, minutes apart at most, with the same thread
+// count, because the host's bandwidth swings by 2× from one hour to the next).
+//
+// One implementation for every benchmark: `colibri bench` (cli/), engine_bench and
+// kernels_bench (bench/) all link this static library. It measures the machine, not the
+// engine: it depends on nothing in Colibri, so the CLI can use it and still reach the engine
+// through the public C API only.
+//
+// The read probe is what a roofline needs: the fastest plain sequential read this CPU can
+// sustain from DRAM. Each thread reads its own contiguous slice (which it touched first, so
+// its pages sit where it runs) with the widest vector loads the CPU has (AVX-512, else AVX2,
+// else 64-bit words) into 8 independent accumulators, so the loop is limited by memory and
+// not by an add chain or the load width. The buffer defaults to max(1 GiB, 4 × the last-level
+// cache) so that the caches cannot serve it.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace colibri_probe {
+
+struct ReadProbeOptions {
+  size_t threads = 1;        // threads reading at once (each its own slice), >= 1
+  size_t buffer_bytes = 0;   // 0 = default_probe_bytes()
+  size_t repetitions = 5;    // timed passes after one untimed warm-up pass, >= 1
+  // Widest loads to use: "avx512", "avx2" or "scalar"; empty = the widest the CPU has. A
+  // kernel run on a narrower instruction set than the CPU's (an AVX2 build on an AVX-512
+  // host, standing in for an AVX2 machine) is compared with a probe of the same width: on
+  // some CPUs 256-bit loads alone cannot draw the full DRAM bandwidth.
+  std::string max_isa;
+};
+
+struct ReadProbeResult {
+  double median_gbs = 0;  // GB/s = 1e9 bytes/s, the median over the timed passes
+  double min_gbs = 0;
+  double max_gbs = 0;
+  size_t buffer_bytes = 0;  // bytes read per pass
+  size_t threads = 0;
+  std::string loads;  // "avx512", "avx2" or "scalar": the load width used
+};
+
+// Throws std::bad_alloc when the buffer cannot be allocated and std::system_error when a
+// thread cannot be started. Takes buffer_bytes / bandwidth × (repetitions + 2) seconds.
+ReadProbeResult measure_read_bandwidth(const ReadProbeOptions &options);
+
+// Bytes of the largest CPU cache (sysconf, then /sys), 0 when unknown.
+size_t last_level_cache_bytes();
+
+// max(1 GiB, 4 × last_level_cache_bytes()).
+size_t default_probe_bytes();
+
+struct FmaProbeResult {
+  double gflops = 0;   // fp32 FLOP/s (an FMA counts 2) of all threads together, 1e9/s
+  size_t threads = 0;
+  std::string isa;     // "avx512" or "avx2" (the widest the CPU has), "scalar" otherwise
+};
+
+// The width `max_isa` gives on this CPU ("avx512", "avx2" or "scalar"; empty = the widest).
+std::string probe_isa(const std::string &max_isa);
+
+// Peak fp32 FMA throughput: each thread runs 12 independent FMA chains on the widest vectors
+// the CPU has, capped at `max_isa` ("avx512", "avx2" or "scalar"; empty = no cap: compare a
+// kernel with the peak of the instruction set it runs on), for `iterations` rounds.
+// Wall-clock time, so other load on the machine lowers it.
+FmaProbeResult measure_fma_peak(size_t threads, const std::string &max_isa = "", size_t iterations = 20'000'000);
+
+}  // namespace colibri_probe
