@@ -1,7 +1,7 @@
 // bench/engine_bench.cpp — prefill and decode speed of the CPU engine, with the roofline
 // measured in the same run (ARCHITECTURE.md §9). Prints figures; asserts nothing.
 //
-//   engine_bench --model IMAGE [--threads 2] [--reps 3] [--isa avx512|avx2|scalar]
+//   engine_bench --model IMAGE [--threads 2] [--reps 3] [--isa avx512|avx2|scalar] [--decode-only]
 //   engine_bench --make DIR --dtype f16|q8      (writes the benchmark-shape checkpoint with
 //                the seeded synthetic writer, converts it with colibri-model, then runs)
 //
@@ -65,6 +65,17 @@ void active_per_token(const model::Model &m, uint64_t *bytes, double *flops) {
   *flops = f;
 }
 
+void print_profile(const char *label, const runtime::SessionStats &st) {
+  uint64_t total = 0;
+  for (uint64_t ns : st.stage_ns) total += ns;
+  const double tokens = static_cast<double>(std::max<uint64_t>(st.tokens, 1));
+  std::printf("%s profile (%llu tokens):\n", label, (unsigned long long)st.tokens);
+  for (size_t i = 0; i < static_cast<size_t>(runtime::Stage::Count); ++i)
+    std::printf("  %-10s %8.3f ms/token  %5.1f%%\n", runtime::kStageNames[i], st.stage_ns[i] / 1e6 / tokens,
+                100.0 * st.stage_ns[i] / std::max<uint64_t>(total, 1));
+  std::printf("  weight bytes read per token: %.1f MB\n", st.weight_bytes_read / 1e6 / tokens);
+}
+
 std::string make_image(const std::string &dir, const std::string &dtype) {
   testing::SyntheticCheckpointSpec spec;
   spec.architecture = "MixtralForCausalLM";
@@ -98,6 +109,7 @@ int main(int argc, char **argv) {
   size_t threads = 2;
   int reps = 3;
   kernels::Isa isa = kernels::Isa::Avx512;
+  bool run_prefill = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -112,6 +124,7 @@ int main(int argc, char **argv) {
     else if (a == "--dtype") dtype = value();
     else if (a == "--threads") threads = std::strtoull(value().c_str(), nullptr, 10);
     else if (a == "--reps") reps = std::max(3, std::atoi(value().c_str()));
+    else if (a == "--decode-only") run_prefill = false;
     else if (a == "--isa") {
       const std::string v = value();
       if (v == "avx512") isa = kernels::Isa::Avx512;
@@ -123,7 +136,7 @@ int main(int argc, char **argv) {
       }
     } else {
       std::fprintf(stderr, "usage: engine_bench (--model IMAGE | --make DIR [--dtype f16|q8]) [--threads N] [--reps N] "
-                           "[--isa avx512|avx2|scalar]\n");
+                           "[--isa avx512|avx2|scalar] [--decode-only]\n");
       return 2;
     }
   }
@@ -205,31 +218,40 @@ int main(int argc, char **argv) {
   std::printf("\n");
   std::printf("| test  | t/s median | min | max | roofline |\n|---|---|---|---|---|\n");
   decode(8);  // warm-up
+  s->reset_stats();
   for (size_t n : {128, 512}) {
+    if (!run_prefill) break;
     std::vector<double> r;
     for (int i = 0; i < reps; ++i) r.push_back(prefill(n));
     Stats st = stats(r);
     double pct = 100.0 * st.median * flops_per_token / 1e9 / peak;
     std::printf("| pp%-3zu | %.1f | %.1f | %.1f | %.1f%% of FMA peak |\n", n, st.median, st.min, st.max, pct);
   }
+  const runtime::SessionStats prefill_stats = s->stats();
   s->reset_stats();
+  // Decode: every timed run is paired with a read probe right before it (3 passes, about a
+  // second), and the roofline percentage is the median of the per-run ratios. The host's
+  // bandwidth drifts by 10-20% over minutes; a ratio of two figures taken seconds apart is
+  // what this benchmark can state (ARCHITECTURE.md §9).
+  colibri_probe::ReadProbeOptions paired = ro;
+  paired.max_isa = kernels::isa_name(s->isa());
+  paired.repetitions = 3;
   for (size_t n : {64, 128}) {
-    std::vector<double> r;
-    for (int i = 0; i < reps; ++i) r.push_back(decode(n));
-    Stats st = stats(r);
     // KV reads at the mean position: 2 (k, v) · kv_dim · 4 bytes · layers · n/2 positions.
-    double kv = 2.0 * static_cast<double>(m->kv_dim()) * 4 * static_cast<double>(c.layer_count) * static_cast<double>(n) / 2;
-    double roof = bandwidth * 1e9 / (static_cast<double>(active_bytes) + kv);
-    std::printf("| tg%-3zu | %.2f | %.2f | %.2f | %.1f%% of %.2f t/s (bandwidth / active bytes) |\n", n, st.median, st.min,
-                st.max, 100.0 * st.median / roof, roof);
+    const double kv = 2.0 * static_cast<double>(m->kv_dim()) * 4 * static_cast<double>(c.layer_count) * static_cast<double>(n) / 2;
+    const double bytes_per_token = static_cast<double>(active_bytes) + kv;
+    std::vector<double> r, bw, pct;
+    for (int i = 0; i < reps; ++i) {
+      bw.push_back(colibri_probe::measure_read_bandwidth(paired).median_gbs);
+      r.push_back(decode(n));
+      pct.push_back(100.0 * r.back() * bytes_per_token / (bw.back() * 1e9));
+    }
+    const Stats st = stats(r), sb = stats(bw), sp = stats(pct);
+    std::printf("| tg%-3zu | %.2f | %.2f | %.2f | %.1f%% [%.1f..%.1f] of bandwidth / bytes per token (paired probes %.1f GB/s [%.1f..%.1f]) |\n",
+                n, st.median, st.min, st.max, sp.median, sp.min, sp.max, sb.median, sb.min, sb.max);
   }
-  const auto &stt = s->stats();
-  uint64_t total = 0;
-  for (uint64_t ns : stt.stage_ns) total += ns;
-  std::printf("\ndecode profile (%llu tokens):\n", (unsigned long long)stt.tokens);
-  for (size_t i = 0; i < static_cast<size_t>(runtime::Stage::Count); ++i)
-    std::printf("  %-10s %8.3f ms/token  %5.1f%%\n", runtime::kStageNames[i],
-                stt.stage_ns[i] / 1e6 / static_cast<double>(stt.tokens), 100.0 * stt.stage_ns[i] / std::max<uint64_t>(total, 1));
-  std::printf("  weight bytes read per token: %.1f MB\n", stt.weight_bytes_read / 1e6 / static_cast<double>(stt.tokens));
+  print_profile("decode", s->stats());
+  std::printf("\n");
+  if (run_prefill) print_profile("prefill (pp128 and pp512 runs)", prefill_stats);
   return 0;
 }

@@ -15,18 +15,21 @@ namespace colibri::runtime {
 namespace {
 
 // RoPE, rotate_half form: pairs (i, i + d/2) rotate by position · θ^(−2i/d). The inverse
-// frequencies and the angle are computed in fp32 as transformers does, cos/sin in double.
-void apply_rope(float *vec, size_t head_dim, uint32_t position, float theta) {
-  const size_t half = head_dim / 2;
+// frequencies (Buffers::rope_inv_freq) and the angle are fp32 as transformers computes them,
+// cos/sin in double. The angles of one position serve every q and k head of its token.
+void rope_angles(const float *inv_freq, size_t half, uint32_t position, float *cos_out, float *sin_out) {
   for (size_t i = 0; i < half; ++i) {
-    float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    float inv_freq = 1.0f / std::pow(theta, exponent);
-    float angle = static_cast<float>(position) * inv_freq;
-    float c = static_cast<float>(std::cos(static_cast<double>(angle)));
-    float s = static_cast<float>(std::sin(static_cast<double>(angle)));
-    float x1 = vec[i], x2 = vec[i + half];
-    vec[i] = x1 * c - x2 * s;
-    vec[i + half] = x2 * c + x1 * s;
+    const float angle = static_cast<float>(position) * inv_freq[i];
+    cos_out[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+    sin_out[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+  }
+}
+
+void apply_rope(float *vec, size_t half, const float *cos_v, const float *sin_v) {
+  for (size_t i = 0; i < half; ++i) {
+    const float x1 = vec[i], x2 = vec[i + half];
+    vec[i] = x1 * cos_v[i] - x2 * sin_v[i];
+    vec[i + half] = x2 * cos_v[i] + x1 * sin_v[i];
   }
 }
 
@@ -59,7 +62,7 @@ void Session::attention(uint32_t layer, const BatchEntry *entries, size_t count)
   matmul(w.attn_v, 0, b.xn.data(), count, b.v.data(), KV);
 
   // Per token: biases, q/k norms, clipping, RoPE; then store k and v in the cache.
-  pool_->parallel_for(count, [&](size_t t, size_t) {
+  pool_->parallel_for(count, [&](size_t t, size_t thread) {
     float *q = &b.q[t * Q], *k = &b.k[t * KV], *v = &b.v[t * KV];
     add_bias(q, w.attn_q_bias, Q);
     add_bias(k, w.attn_k_bias, KV);
@@ -77,9 +80,10 @@ void Session::attention(uint32_t layer, const BatchEntry *entries, size_t count)
       clip(k, KV, limit);
       clip(v, KV, limit);
     }
-    const float theta = static_cast<float>(c.rope_theta);
-    for (size_t h = 0; h < heads; ++h) apply_rope(q + h * D, D, entries[t].position, theta);
-    for (size_t h = 0; h < c.kv_head_count; ++h) apply_rope(k + h * D, D, entries[t].position, theta);
+    float *cos_v = &b.rope_trig[thread * D], *sin_v = cos_v + D / 2;
+    rope_angles(b.rope_inv_freq.data(), D / 2, entries[t].position, cos_v, sin_v);
+    for (size_t h = 0; h < heads; ++h) apply_rope(q + h * D, D / 2, cos_v, sin_v);
+    for (size_t h = 0; h < c.kv_head_count; ++h) apply_rope(k + h * D, D / 2, cos_v, sin_v);
     size_t key_at = b.kv_offset(entries[t].sequence, layer) + entries[t].position * KV;
     size_t value_at = key_at + context * KV;
     if (f16_cache) {
@@ -101,8 +105,8 @@ void Session::attention(uint32_t layer, const BatchEntry *entries, size_t count)
     float *scores = &b.scores[thread * context];
     const size_t n = e.position + 1;
     float *out = &b.attn[t * Q + h * D];
-    std::fill(out, out + D, 0.0f);
     if (f16_cache) {
+      std::fill(out, out + D, 0.0f);
       float *row = &b.kv_row[thread * 2 * D];
       for (size_t p = 0; p < n; ++p) {
         kernels_->f16_to_f32(&b.kv_cache_f16[key_at + p * KV], row, D);
@@ -114,9 +118,9 @@ void Session::attention(uint32_t layer, const BatchEntry *entries, size_t count)
         kernels_->scale_add(out, scores[p], row, D);
       }
     } else {
-      for (size_t p = 0; p < n; ++p) scores[p] = kernels_->dot_f32(q, &b.kv_cache[key_at + p * KV], D) * scale;
+      kernels_->attention_scores(q, &b.kv_cache[key_at], KV, n, D, scale, scores);
       kernels_->softmax(scores, n);
-      for (size_t p = 0; p < n; ++p) kernels_->scale_add(out, scores[p], &b.kv_cache[value_at + p * KV], D);
+      kernels_->attention_values(scores, &b.kv_cache[value_at], KV, n, D, out);
     }
   });
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -30,6 +31,8 @@ struct Session::Buffers {
   std::vector<float> kv_cache;         // [sequences, layers, 2, context, kv_dim] (KvDtype::F32)
   std::vector<uint16_t> kv_cache_f16;  // same layout, f16 (KvDtype::F16)
   std::vector<float> kv_row;           // [P, 2, head_dim] a cache row converted to f32 (F16 only)
+  std::vector<float> rope_inv_freq;    // [head_dim / 2] θ^(−2i/d), fixed for the model
+  std::vector<float> rope_trig;        // [P, head_dim] cos | sin of one position, per thread
   // MoE
   std::vector<float> router_logits;       // [N, E]
   std::vector<int32_t> topk_expert;       // [N, K]
@@ -64,6 +67,11 @@ struct Session::Buffers {
     attn.assign(N * m.q_dim(), 0.0f);
     ffn_out.assign(N * H, 0.0f);
     scores.assign(threads * o.context_length, 0.0f);
+    // RoPE inverse frequencies, in fp32 as transformers computes them (1 / θ^(2i/d)).
+    rope_inv_freq.resize(c.head_dim / 2);
+    for (size_t i = 0; i < rope_inv_freq.size(); ++i)
+      rope_inv_freq[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
+    rope_trig.assign(threads * c.head_dim, 0.0f);
     kv_layer_stride = 2ull * o.context_length * m.kv_dim();
     kv_sequence_stride = kv_layer_stride * c.layer_count;
     if (o.kv_dtype == KvDtype::F16) {

@@ -148,7 +148,7 @@ constexpr KernelTable kTable = {
     Isa::Avx512,      matmul_rows_impl, matmul_rows_q8_impl, gemm_rows_impl,   gemm_rows_q8_impl,
     quantize_row_q8_impl, dot_f32_impl, rmsnorm_impl,        softmax_impl,     silu_mul_impl,
     add_impl,         scale_add_impl,   f16_to_f32_impl,     bf16_to_f32_impl, f32_to_f16_impl,
-    f32_to_bf16_impl,
+    f32_to_bf16_impl, attention_scores_impl, attention_values_impl,
 };
 
 }  // namespace

@@ -95,6 +95,60 @@ void scale_add_impl(float *y, float alpha, const float *x, size_t n) {
     Simd::store_partial(y + i, Simd::madd(a, Simd::load_f32_partial(x + i, n - i), Simd::load_f32_partial(y + i, n - i)), n - i);
 }
 
+// Scores of 8 keys at a time: one accumulator vector per key along d, the 8 reduced together
+// by Simd::reduce8 (the same fixed tree for every key, whatever its place in a group).
+void attention_scores_impl(const float *q, const float *keys, size_t stride, size_t n, size_t d, float scale,
+                           float *scores) {
+  using F = typename Simd::F;
+  constexpr size_t kL = Simd::kLanes;
+  for (size_t p0 = 0; p0 < n; p0 += 8) {
+    const size_t m = min_size(8, n - p0);
+    F acc[8];
+    for (int j = 0; j < 8; ++j) acc[j] = Simd::zero();
+    size_t i = 0;
+    for (; i + kL <= d; i += kL) {
+      const F qv = Simd::load_f32(q + i);
+      for (size_t j = 0; j < m; ++j) acc[j] = Simd::madd(qv, Simd::load_f32(keys + (p0 + j) * stride + i), acc[j]);
+    }
+    if (i < d) {
+      const F qv = Simd::load_f32_partial(q + i, d - i);
+      for (size_t j = 0; j < m; ++j)
+        acc[j] = Simd::madd(qv, Simd::load_f32_partial(keys + (p0 + j) * stride + i, d - i), acc[j]);
+    }
+    float sums[8];
+    Simd::reduce8(acc, sums);
+    for (size_t j = 0; j < m; ++j) scores[p0 + j] = sums[j] * scale;
+  }
+}
+
+// out in chunks of up to 4 vectors held in registers across all n positions.
+void attention_values_impl(const float *probs, const float *values, size_t stride, size_t n, size_t d, float *out) {
+  using F = typename Simd::F;
+  constexpr size_t kL = Simd::kLanes;
+  constexpr size_t kChunk = 4 * kL;
+  size_t i = 0;
+  for (; i + kChunk <= d; i += kChunk) {
+    F acc[4] = {Simd::zero(), Simd::zero(), Simd::zero(), Simd::zero()};
+    for (size_t p = 0; p < n; ++p) {
+      const F w = Simd::set1(probs[p]);
+      const float *row = values + p * stride + i;
+      for (int c = 0; c < 4; ++c) acc[c] = Simd::madd(w, Simd::load_f32(row + c * kL), acc[c]);
+    }
+    for (int c = 0; c < 4; ++c) Simd::store(out + i + c * kL, acc[c]);
+  }
+  for (; i < d; i += kL) {
+    const size_t lanes = min_size(kL, d - i);
+    F acc = Simd::zero();
+    for (size_t p = 0; p < n; ++p) {
+      const float *row = values + p * stride + i;
+      const F v = lanes == kL ? Simd::load_f32(row) : Simd::load_f32_partial(row, lanes);
+      acc = Simd::madd(Simd::set1(probs[p]), v, acc);
+    }
+    if (lanes == kL) Simd::store(out + i, acc);
+    else Simd::store_partial(out + i, acc, lanes);
+  }
+}
+
 void f16_to_f32_impl(const uint16_t *in, float *out, size_t n) {
   constexpr size_t kL = Simd::kLanes;
   size_t i = 0;

@@ -117,6 +117,15 @@ struct KernelTable {
   void (*bf16_to_f32)(const uint16_t *in, float *out, size_t n);
   void (*f32_to_f16)(const float *in, uint16_t *out, size_t n);
   void (*f32_to_bf16)(const float *in, uint16_t *out, size_t n);
+
+  // Attention over n cached positions of one head (rows `stride` floats apart, d used):
+  //   scores[p] = scale · dot(q, keys[p · stride .. + d))              attention_scores
+  //   out[i]    = Σ_p probs[p] · values[p · stride + i], p ascending   attention_values
+  // One call per (token, head) instead of 2n dot/axpy calls. Each score is a function of q
+  // and its key row only (not of n or of the other rows), so decode and prefill agree.
+  void (*attention_scores)(const float *q, const float *keys, size_t stride, size_t n, size_t d, float scale,
+                           float *scores);
+  void (*attention_values)(const float *probs, const float *values, size_t stride, size_t n, size_t d, float *out);
 };
 
 // The kernels for `isa`. Asking for a level the CPU lacks gives the best supported level

@@ -270,11 +270,21 @@ void f32_to_bf16(const float *in, uint16_t *out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = detail::f32_to_bf16_scalar(in[i]);
 }
 
+void attention_scores(const float *q, const float *keys, size_t stride, size_t n, size_t d, float scale, float *scores) {
+  for (size_t p = 0; p < n; ++p) scores[p] = dot_f32(q, keys + p * stride, d) * scale;
+}
+
+void attention_values(const float *probs, const float *values, size_t stride, size_t n, size_t d, float *out) {
+  for (size_t i = 0; i < d; ++i) out[i] = 0.0f;
+  for (size_t p = 0; p < n; ++p)
+    for (size_t i = 0; i < d; ++i) out[i] = out[i] + probs[p] * values[p * stride + i];
+}
+
 constexpr KernelTable kTable = {
     Isa::Scalar,   matmul_rows_impl, matmul_rows_q8_impl, gemm_rows_impl, gemm_rows_q8_impl,
     quantize_row_q8_impl, dot_f32,   rmsnorm,             softmax,        silu_mul,
     add,           scale_add,        f16_to_f32,          bf16_to_f32,    f32_to_f16,
-    f32_to_bf16,
+    f32_to_bf16,   attention_scores, attention_values,
 };
 
 }  // namespace

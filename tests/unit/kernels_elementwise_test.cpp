@@ -211,3 +211,42 @@ TEST_CASE("add, scale_add and dot_f32", "[kernels][elementwise]") {
     }
   }
 }
+
+TEST_CASE("attention_scores and attention_values match a double reference on strided rows", "[kernels][elementwise]") {
+  for (const NamedTable &isa : available_tables()) {
+    for (size_t d : {size_t(8), size_t(60), size_t(64), size_t(80), size_t(128), size_t(200)}) {
+      for (size_t n : {size_t(1), size_t(7), size_t(8), size_t(9), size_t(33)}) {
+        INFO(isa.name << " d=" << d << " n=" << n);
+        const size_t stride = d + 24;  // rows of a KV cache: other heads in between
+        const std::vector<float> q = random_floats(d, 11), rows = random_floats(n * stride, 12);
+        std::vector<float> probs = random_floats(n, 13);
+        // Sentinels after the outputs: the kernels must write exactly n scores and d values.
+        std::vector<float> scores(n + 1, -7.0f), out(d + 1, -7.0f);
+        isa.table->attention_scores(q.data(), rows.data(), stride, n, d, 0.125f, scores.data());
+        for (size_t p = 0; p < n; ++p) {
+          double ref = 0, mag = 0;
+          for (size_t i = 0; i < d; ++i) {
+            ref += double(q[i]) * rows[p * stride + i];
+            mag += std::fabs(double(q[i]) * rows[p * stride + i]);
+          }
+          REQUIRE(std::fabs(scores[p] - 0.125 * ref) <= 1e-5 * 0.125 * mag + 1e-30);
+          // A score depends on its own key only: the single-row call gives the same bits.
+          float alone = 0;
+          isa.table->attention_scores(q.data(), rows.data() + p * stride, stride, 1, d, 0.125f, &alone);
+          REQUIRE(alone == scores[p]);
+        }
+        REQUIRE(scores[n] == -7.0f);
+        isa.table->attention_values(probs.data(), rows.data(), stride, n, d, out.data());
+        for (size_t i = 0; i < d; ++i) {
+          double ref = 0, mag = 0;
+          for (size_t p = 0; p < n; ++p) {
+            ref += double(probs[p]) * rows[p * stride + i];
+            mag += std::fabs(double(probs[p]) * rows[p * stride + i]);
+          }
+          REQUIRE(std::fabs(out[i] - ref) <= 1e-5 * mag + 1e-30);
+        }
+        REQUIRE(out[d] == -7.0f);
+      }
+    }
+  }
+}
