@@ -211,28 +211,6 @@ Error convert_tensor(const image::Image &img, const image::TensorInfo &t, image:
   return {};
 }
 
-// Bytes of one expert's gate+up+down in the first MoE layer, for the header field.
-uint64_t expert_size_bytes(const std::vector<image::TensorSpec> &specs, uint64_t expert_count) {
-  if (expert_count == 0) return 0;
-  for (uint64_t layer = 0;; ++layer) {
-    bool any_layer = false;
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < specs.size(); ++i) {
-      uint64_t l;
-      std::string role;
-      if (!model::names::parse_layer_tensor(specs[i].name, &l, &role) || l != layer) continue;
-      any_layer = true;
-      uint64_t size = 0;
-      if ((role == model::names::kExpertsGate || role == model::names::kExpertsUp || role == model::names::kExpertsDown) &&
-          image::tensor_data_bytes(specs[i].dtype, specs[i].group_size, static_cast<uint32_t>(specs[i].shape.size()),
-                                   specs[i].shape.data(), &size))
-        bytes += size;
-    }
-    if (!any_layer) return 0;
-    if (bytes) return bytes / expert_count;
-  }
-}
-
 Error rewrite_image(const RepackRequest &r) {
   Error error;
   image::OpenOptions open_options;
@@ -273,7 +251,7 @@ Error rewrite_image(const RepackRequest &r) {
   image::WriterOptions writer_options;
   writer_options.alignment = r.alignment ? r.alignment : h.data_alignment;
   writer_options.overwrite = r.force;
-  fields.expert_size_bytes = expert_size_bytes(specs, h.expert_count);
+  fields.expert_size_bytes = model::names::expert_size_bytes(specs, h.expert_count);
   image::ImageWriter writer;
   if (Error e = writer.begin(r.out, writer_options, fields, specs, std::string(img->metadata_json()))) return e;
   uint64_t total = 0, done = 0;

@@ -62,8 +62,10 @@ std::string probe_isa(const std::string &max_isa);
 
 // Peak fp32 FMA throughput: each thread runs 12 independent FMA chains on the widest vectors
 // the CPU has, capped at `max_isa` ("avx512", "avx2" or "scalar"; empty = no cap: compare a
-// kernel with the peak of the instruction set it runs on), for `iterations` rounds.
-// Wall-clock time, so other load on the machine lowers it.
-FmaProbeResult measure_fma_peak(size_t threads, const std::string &max_isa = "", size_t iterations = 20'000'000);
+// kernel with the peak of the instruction set it runs on), for `iterations` rounds; the best
+// of `trials` such runs. Wall-clock time: other load on the machine can only lower a run,
+// never raise it, so the best run is the estimate of the peak.
+FmaProbeResult measure_fma_peak(size_t threads, const std::string &max_isa = "", size_t iterations = 5'000'000,
+                                size_t trials = 5);
 
 }  // namespace colibri_probe

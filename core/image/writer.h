@@ -56,7 +56,6 @@ class ImageWriter {
   // Index of the tensor the next append() goes to (== tensor count when all are written).
   size_t current_tensor() const { return current_; }
   const std::vector<TensorSpec> &tensors() const { return specs_; }
-  uint64_t tensor_bytes(size_t index) const { return entries_[index].data_size; }
 
   // Writes the directory and header, fsyncs, renames into place.
   Error finish();

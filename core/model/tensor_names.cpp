@@ -6,6 +6,27 @@
 
 namespace colibri::model::names {
 
+uint64_t expert_size_bytes(const std::vector<image::TensorSpec> &tensors, uint64_t expert_count) {
+  if (expert_count == 0) return 0;
+  bool found = false;
+  uint64_t first_layer = 0, bytes = 0;
+  for (const image::TensorSpec &t : tensors) {
+    uint64_t layer = 0, size = 0;
+    std::string role;
+    if (!parse_layer_tensor(t.name, &layer, &role) || (role != kExpertsGate && role != kExpertsUp && role != kExpertsDown))
+      continue;
+    if (found && layer > first_layer) continue;
+    if (!found || layer < first_layer) {
+      found = true;
+      first_layer = layer;
+      bytes = 0;
+    }
+    if (image::tensor_data_bytes(t.dtype, t.group_size, static_cast<uint32_t>(t.shape.size()), t.shape.data(), &size))
+      bytes += size;
+  }
+  return bytes / expert_count;
+}
+
 bool parse_layer_tensor(const std::string &name, uint64_t *layer, std::string *role) {
   if (name.rfind("blk.", 0) != 0) return false;
   size_t dot = name.find('.', 4);

@@ -9,8 +9,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "image/format.h"
+#include "image/writer.h"
 
 namespace colibri::model::names {
 
@@ -55,5 +57,10 @@ bool parse_layer_tensor(const std::string &name, uint64_t *layer, std::string *r
 // otherwise the tensor stays in `fallback` (the best float type for the request).
 image::DType storage_dtype(const std::string &name, uint32_t rank, uint64_t last_dim, image::DType requested,
                            uint32_t group_size);
+
+// The header field expert_size_bytes: bytes of one expert's gate + up + down in the first
+// layer that has expert tensors (their stacked sizes / expert_count); 0 without experts.
+// The one definition the converter, repack and the test images share.
+uint64_t expert_size_bytes(const std::vector<image::TensorSpec> &tensors, uint64_t expert_count);
 
 }  // namespace colibri::model::names

@@ -89,16 +89,9 @@ image::ModelHeaderFields header_fields(const model::ModelConfig &config, const T
     fields.ffn_hidden_size = config.expert_ffn_size;
     fields.top_k = config.top_k;
     fields.gate_tensor_name = model::names::layer_tensor(layer, model::names::kRouter);
-    for (const char *role : {model::names::kExpertsGate, model::names::kExpertsUp, model::names::kExpertsDown}) {
-      std::string name = model::names::layer_tensor(layer, role);
-      for (const PlannedTensor &t : plan.tensors) {
-        if (t.spec.name != name) continue;
-        uint64_t bytes = 0;
-        image::tensor_data_bytes(t.spec.dtype, t.spec.group_size, static_cast<uint32_t>(t.spec.shape.size()),
-                                 t.spec.shape.data(), &bytes);
-        fields.expert_size_bytes += bytes / config.expert_count;
-      }
-    }
+    std::vector<image::TensorSpec> specs;
+    for (const PlannedTensor &t : plan.tensors) specs.push_back(t.spec);
+    fields.expert_size_bytes = model::names::expert_size_bytes(specs, config.expert_count);
     break;
   }
   return fields;

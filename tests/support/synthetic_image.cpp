@@ -49,17 +49,7 @@ Error write_synthetic_image(const std::string &path, const SyntheticImageSpec &s
   fields.top_k = spec.top_k;
   fields.layer_count = spec.layers;
   fields.gate_tensor_name = names::layer_tensor(0, names::kRouter);
-  uint64_t expert_bytes = 0;
-  for (const auto &t : tensors) {
-    uint64_t layer;
-    std::string role;
-    uint64_t bytes = 0;
-    if (names::parse_layer_tensor(t.name, &layer, &role) && layer == 0 &&
-        (role == names::kExpertsGate || role == names::kExpertsUp || role == names::kExpertsDown) &&
-        image::tensor_data_bytes(t.dtype, t.group_size, static_cast<uint32_t>(t.shape.size()), t.shape.data(), &bytes))
-      expert_bytes += bytes;
-  }
-  fields.expert_size_bytes = spec.experts ? expert_bytes / spec.experts : 0;
+  fields.expert_size_bytes = names::expert_size_bytes(tensors, spec.experts);
 
   image::WriterOptions options;
   options.alignment = spec.alignment;
