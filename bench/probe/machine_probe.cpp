@@ -48,7 +48,13 @@ __attribute__((target("avx512f"))) uint64_t read_avx512(const unsigned char *p, 
     for (int i = 0; i < 8; ++i)
       acc[i] = _mm512_add_epi64(acc[i], _mm512_load_si512(reinterpret_cast<const void *>(p + off + 64 * i)));
   for (int i = 1; i < 8; ++i) acc[0] = _mm512_add_epi64(acc[0], acc[i]);
-  return static_cast<uint64_t>(_mm512_reduce_add_epi64(acc[0]));
+  // Not _mm512_reduce_add_epi64: GCC implements it with signed additions, whose overflow
+  // (the sums wrap by design) UBSan rightly reports. Unsigned lanes wrap legally.
+  uint64_t lanes[8];
+  _mm512_storeu_si512(lanes, acc[0]);
+  uint64_t total = 0;
+  for (uint64_t lane : lanes) total += lane;
+  return total;
 }
 
 __attribute__((target("avx2"))) uint64_t read_avx2(const unsigned char *p, size_t n) {

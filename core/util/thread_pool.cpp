@@ -1,12 +1,22 @@
-// core/util/thread_pool.cpp — the persistent pool: start/stop, the spin-then-block handshake
-// and the static partition. See thread_pool.h for the contract.
+// core/util/thread_pool.cpp — the persistent pool: start/stop, the spin-then-block handshake,
+// the static partition and task stealing. See thread_pool.h for the contract.
 //
-// Handshake: the caller writes the job, then increments generation_ (seq_cst). An idle worker
-// polls generation_ for spin_microseconds, then registers in sleepers_ under wake_mutex_ and
-// waits on wake_. The caller only touches the mutex/condition variable when sleepers_ is
-// non-zero, so back-to-back calls cost two atomic operations per worker. Both sides use
-// seq_cst on generation_/sleepers_, so either the caller sees the sleeper or the sleeper sees
-// the new generation before it waits: no lost wake-up.
+// Handshake: the caller writes the job (function, context, task count, one cursor per
+// thread tagged with the new generation, remaining_ = task count), then increments
+// generation_ (seq_cst). An idle worker polls generation_ for spin_microseconds, then
+// registers in sleepers_ under wake_mutex_ and waits on wake_. The caller only touches the
+// mutex/condition variable when sleepers_ is non-zero. Both sides use seq_cst on
+// generation_/sleepers_, so either the caller sees the sleeper or the sleeper sees the new
+// generation before it waits: no lost wake-up.
+//
+// Claims: a task is claimed by a compare-and-swap on its range's cursor that also checks the
+// cursor's generation tag, and remaining_ is decremented (release) after the task ran; the
+// caller returns when remaining_ is 0 (acquire). The caller never waits for a worker that
+// has claimed nothing. A worker that wakes late — after the caller finished the job, maybe
+// while it writes the next one — reads job fields that may belong to the next job, but its
+// claims carry the old tag and fail, so it never runs anything with them. A claim that
+// succeeds proves the job is still running (an unclaimed task keeps remaining_ above 0),
+// so the fields read before it, after the acquire of generation_, were that job's.
 #include "core/util/thread_pool.h"
 
 #include <pthread.h>
@@ -59,6 +69,7 @@ ThreadPool::ThreadPool(const ThreadPoolOptions &options)
     : spin_microseconds_(options.spin_microseconds), cpus_(allowed_cpus()) {
   thread_count_ = options.thread_count == 0 ? cpus_.size() : options.thread_count;
   if (thread_count_ == 0) thread_count_ = 1;
+  cursors_ = std::make_unique<Cursor[]>(thread_count_);
   workers_.reserve(thread_count_ - 1);
   worker_ids_.reserve(thread_count_ - 1);
   for (size_t thread = 1; thread < thread_count_; ++thread) {
@@ -87,14 +98,34 @@ bool ThreadPool::called_from_inside() const {
   return false;
 }
 
-void ThreadPool::run_range(size_t thread) {
-  const size_t end = partition_begin(job_task_count_, thread + 1);
-  try {
-    for (size_t task = partition_begin(job_task_count_, thread); task < end; ++task)
-      job_fn_(job_context_, task, thread);
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(error_mutex_);
-    if (!error_) error_ = std::current_exception();
+// Runs tasks of job `generation` until none is left to claim: first this thread's own range,
+// then the others' (the next thread's first, wrapping around).
+void ThreadPool::participate(uint64_t generation, size_t thread) {
+  const TaskFn fn = job_fn_.load(std::memory_order_relaxed);
+  void *const context = job_context_.load(std::memory_order_relaxed);
+  const size_t task_count = job_task_count_.load(std::memory_order_relaxed);
+  const uint64_t tag = generation & 0xFFFFFFFFu;
+  for (size_t k = 0; k < thread_count_; ++k) {
+    const size_t owner = (thread + k) % thread_count_;
+    const uint64_t end = partition_begin(task_count, owner + 1);
+    std::atomic<uint64_t> &cursor = cursors_[owner].next;
+    uint64_t seen = cursor.load(std::memory_order_acquire);
+    for (;;) {
+      if ((seen >> 32) != tag || (seen & 0xFFFFFFFFu) >= end) break;  // another job, or drained
+      if (!cursor.compare_exchange_weak(seen, seen + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+      const size_t task = static_cast<size_t>(seen & 0xFFFFFFFFu);
+      if (!failed_.load(std::memory_order_relaxed)) {
+        try {
+          fn(context, task, thread);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(error_mutex_);
+          if (!error_) error_ = std::current_exception();
+          failed_.store(true, std::memory_order_relaxed);
+        }
+      }
+      remaining_.fetch_sub(1, std::memory_order_release);
+      seen = cursor.load(std::memory_order_acquire);
+    }
   }
 }
 
@@ -115,39 +146,51 @@ void ThreadPool::run(size_t task_count, TaskFn fn, void *context) {
     call_lock.lock();  // another thread's call is running: wait for it
   }
   job_caller_.store(std::this_thread::get_id());
-  job_fn_ = fn;
-  job_context_ = context;
-  job_task_count_ = task_count;
-  error_ = nullptr;
+  if (task_count > 0xFFFFFFFFu) {
+    std::fprintf(stderr, "colibri: ThreadPool::parallel_for with %zu tasks (the limit is 2^32 - 1)\n", task_count);
+    std::abort();
+  }
+  {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    error_ = nullptr;
+  }
+  failed_.store(false, std::memory_order_relaxed);
+  const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;  // only callers change it
+  job_fn_.store(fn, std::memory_order_relaxed);
+  job_context_.store(context, std::memory_order_relaxed);
+  job_task_count_.store(task_count, std::memory_order_relaxed);
+  remaining_.store(task_count, std::memory_order_relaxed);
+  for (size_t thread = 0; thread < thread_count_; ++thread)
+    cursors_[thread].next.store(((generation & 0xFFFFFFFFu) << 32) | partition_begin(task_count, thread),
+                                std::memory_order_relaxed);
+  generation_.fetch_add(1);  // seq_cst: publishes the job (see the top of this file)
 
-  if (workers_.empty()) {
-    run_range(0);
-  } else {
-    pending_.store(workers_.size(), std::memory_order_relaxed);
-    generation_.fetch_add(1);  // seq_cst: publishes the job (see the top of this file)
-    if (sleepers_.load() != 0) {
-      { std::lock_guard<std::mutex> lock(wake_mutex_); }
-      wake_.notify_all();
+  if (!workers_.empty() && sleepers_.load() != 0) {
+    { std::lock_guard<std::mutex> lock(wake_mutex_); }
+    wake_.notify_all();
+  }
+  participate(generation, 0);
+  // Wait for tasks other threads have claimed and are still running. Normally they end
+  // within microseconds; if not, their thread is probably descheduled (more threads than
+  // free cores), and yielding our core lets it finish.
+  Clock::time_point yield_after{};
+  bool yielding = false;
+  for (uint32_t spins = 1; remaining_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (yielding) {
+      std::this_thread::yield();
+      continue;
     }
-    run_range(0);
-    // Wait for the workers. Their ranges are as long as ours, so they are normally done
-    // within microseconds; if not, one is probably descheduled (more threads than free
-    // cores), and yielding our core lets it finish.
-    Clock::time_point yield_after{};
-    bool yielding = false;
-    for (uint32_t spins = 1; pending_.load(std::memory_order_acquire) != 0; ++spins) {
-      if (yielding) {
-        std::this_thread::yield();
-        continue;
-      }
-      if (spins == 64) yield_after = Clock::now() + std::chrono::microseconds(kPauseSpinMicroseconds);
-      if (spins > 64 && (spins & 63u) == 0 && Clock::now() >= yield_after) yielding = true;
-      COLIBRI_CPU_RELAX();
-    }
+    if (spins == 64) yield_after = Clock::now() + std::chrono::microseconds(kPauseSpinMicroseconds);
+    if (spins > 64 && (spins & 63u) == 0 && Clock::now() >= yield_after) yielding = true;
+    COLIBRI_CPU_RELAX();
   }
   job_caller_.store(std::thread::id());
-  std::exception_ptr error = error_;
-  error_ = nullptr;
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    error = error_;
+    error_ = nullptr;
+  }
   call_lock.unlock();
   if (error) std::rethrow_exception(error);
 }
@@ -180,8 +223,7 @@ void ThreadPool::worker_main(size_t thread) {
   for (;;) {
     if (!wait_for_job(seen_generation)) return;
     seen_generation = generation_.load(std::memory_order_acquire);
-    run_range(thread);
-    pending_.fetch_sub(1, std::memory_order_release);
+    participate(seen_generation, thread);
   }
 }
 

@@ -1,17 +1,23 @@
 // core/util/thread_pool.h — the persistent thread pool the forward pass splits work with.
 //
-// Workers are created once, in the constructor. parallel_for hands out tasks by a static
-// partition (thread i runs the contiguous task range [i·n/P, (i+1)·n/P)), the calling thread
-// works too and the call returns when every task is done. Because a task always runs
-// whole, on one thread, with the inputs the caller defined, results never depend on the
-// thread count as long as each task writes only its own outputs (ARCHITECTURE.md §5).
+// Workers are created once, in the constructor. parallel_for gives thread i the contiguous
+// task range [i·n/P, (i+1)·n/P) first (the static partition: on an idle machine each thread
+// runs its own range, which keeps the memory streams of a matmul apart); a thread that has
+// finished its range then takes unclaimed tasks from the others' ranges, one at a time. So
+// a worker that the OS has descheduled (another process on its core) or that has not woken
+// up yet holds the call back by at most the one task it is running, not by its whole range.
+// The calling thread works too and the call returns when every task is done. Because a task
+// always runs whole, on one thread, with the inputs the caller defined, results never depend
+// on the thread count or on which thread ran which task, as long as each task writes only
+// its own outputs (ARCHITECTURE.md §5).
 //
 // Cost model: a call performs no allocation and no system call while the workers are
 // spinning (after their last task they poll for `spin_microseconds` — with `pause` for the
 // first 20 µs, then yielding the core between polls so an oversubscribed machine still makes
-// progress — and then block on a condition variable); a decode step's dozens of calls cost
-// microseconds (an empty call with 2 threads: 0.6–2.4 µs median on the 2-CPU dev VM). No OpenMP
-// (libgomp breaks late dlopen), no global state: every pool is an independent object.
+// progress — and then block on a condition variable); claiming a task is one uncontended
+// compare-and-swap. A decode step's dozens of calls cost microseconds (an empty call with 2
+// threads: 0.6–2.4 µs median on the 2-CPU dev VM). No OpenMP (libgomp breaks late dlopen), no
+// global state: every pool is an independent object.
 //
 // Thread safety: one parallel_for at a time per pool. Calls from two outside threads are
 // serialised (the second waits); a call from inside a task of the same pool is a bug and
@@ -55,10 +61,11 @@ class ThreadPool {
 
   // Runs fn(task, thread) for every task in [0, task_count) and returns when all are done.
   // `thread` is in [0, thread_count()), 0 being the caller; no two tasks with the same
-  // `thread` run at the same time, so it can index per-thread scratch. Thread i always gets
-  // the same tasks for the same task_count. fn is borrowed for the call (no copy, no
-  // allocation). If tasks throw, the first exception is rethrown here after all threads
-  // have stopped (each thread skips its remaining tasks after a throw).
+  // `thread` run at the same time, so it can index per-thread scratch. Which thread runs a
+  // task is not fixed (see the top of this file): a task must not depend on it. fn is
+  // borrowed for the call (no copy, no allocation). If tasks throw, the first exception is
+  // rethrown here after all threads have stopped (tasks not started by then are skipped).
+  // task_count must be below 2^32.
   template <class Fn>
   void parallel_for(size_t task_count, Fn &&fn) {
     using Callable = std::remove_reference_t<Fn>;
@@ -71,9 +78,8 @@ class ThreadPool {
   // Returns false if the OS refused.
   bool pin_calling_thread();
 
-  // The first task of thread `thread` for task_count tasks (thread == thread_count() gives
-  // task_count): the static partition, exposed for tests and for callers that size
-  // per-thread work.
+  // The first task of thread `thread`'s own range for task_count tasks (thread ==
+  // thread_count() gives task_count): the static partition each call starts from.
   size_t partition_begin(size_t task_count, size_t thread) const {
     // floor(task_count · thread / P) without overflow: task_count = q·P + r.
     const size_t q = task_count / thread_count_, r = task_count % thread_count_;
@@ -89,7 +95,7 @@ class ThreadPool {
   }
 
   void run(size_t task_count, TaskFn fn, void *context);
-  void run_range(size_t thread);
+  void participate(uint64_t generation, size_t thread);
   void worker_main(size_t thread);
   bool wait_for_job(uint64_t seen_generation);
   bool called_from_inside() const;
@@ -100,22 +106,32 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::vector<std::thread::id> worker_ids_;
 
-  // The current job, published by a release increment of generation_.
-  TaskFn job_fn_ = nullptr;
-  void *job_context_ = nullptr;
-  size_t job_task_count_ = 0;
+  // The current job. Written by the caller before it publishes the job with a seq_cst
+  // increment of generation_; atomics (relaxed) because a worker that wakes up late may read
+  // them while the next job is being written: it then fails to claim anything (the cursors
+  // carry the generation) and never uses what it read. See thread_pool.cpp.
+  std::atomic<TaskFn> job_fn_{nullptr};
+  std::atomic<void *> job_context_{nullptr};
+  std::atomic<size_t> job_task_count_{0};
   std::atomic<std::thread::id> job_caller_{};  // the thread inside run(), for nesting checks
 
+  // Per thread: (generation << 32) | next unclaimed task of its own range, one cache line each.
+  struct alignas(64) Cursor {
+    std::atomic<uint64_t> next{0};
+  };
+  std::unique_ptr<Cursor[]> cursors_;
+
   alignas(64) std::atomic<uint64_t> generation_{0};  // polled by idle workers
-  alignas(64) std::atomic<size_t> pending_{0};       // workers still running the job
+  alignas(64) std::atomic<size_t> remaining_{0};     // tasks of the job not finished yet
   alignas(64) std::atomic<uint32_t> sleepers_{0};    // workers blocked on wake_
+  std::atomic<bool> failed_{false};                  // a task threw: skip the rest
   std::atomic<bool> stop_{false};
 
   std::mutex wake_mutex_;
   std::condition_variable wake_;
   std::mutex call_mutex_;  // serialises callers from different threads
   std::mutex error_mutex_;
-  std::exception_ptr error_;
+  std::exception_ptr error_;  // guarded by error_mutex_
 };
 
 }  // namespace colibri::util
