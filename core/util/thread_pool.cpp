@@ -12,11 +12,17 @@
 // Claims: a task is claimed by a compare-and-swap on its range's cursor that also checks the
 // cursor's generation tag, and remaining_ is decremented (release) after the task ran; the
 // caller returns when remaining_ is 0 (acquire). The caller never waits for a worker that
-// has claimed nothing. A worker that wakes late — after the caller finished the job, maybe
-// while it writes the next one — reads job fields that may belong to the next job, but its
-// claims carry the old tag and fail, so it never runs anything with them. A claim that
-// succeeds proves the job is still running (an unclaimed task keeps remaining_ above 0),
-// so the fields read before it, after the acquire of generation_, were that job's.
+// has claimed nothing.
+//
+// Late workers: a worker that wakes for job G after the caller has finished G (alone) may
+// run while the caller writes job G+1. It reads the job fields under a seqlock (job_stamp_
+// must equal G before and after the reads) and leaves if they are not G's. With G's fields it computes G's range ends, and G's cursors are then
+// either drained or retagged G+1, so it claims nothing. A claim that succeeds proves G is
+// still running (an unclaimed task keeps remaining_ above 0), so running G's function and
+// decrementing remaining_ are both right. (A first version computed the range ends from
+// fields it had not validated: with the next job's larger task count it "claimed" past the
+// end of a drained G range, then decremented the next job's remaining_ — a hang, caught by
+// engine_bench and pinned by "a late worker never runs or counts a task of another job".)
 #include "core/util/thread_pool.h"
 
 #include <pthread.h>
@@ -101,9 +107,13 @@ bool ThreadPool::called_from_inside() const {
 // Runs tasks of job `generation` until none is left to claim: first this thread's own range,
 // then the others' (the next thread's first, wrapping around).
 void ThreadPool::participate(uint64_t generation, size_t thread) {
-  const TaskFn fn = job_fn_.load(std::memory_order_relaxed);
-  void *const context = job_context_.load(std::memory_order_relaxed);
-  const size_t task_count = job_task_count_.load(std::memory_order_relaxed);
+  // Seqlock read: the acquire loads keep the second stamp check after the field reads, and a
+  // field value the caller stored (release) for the next job makes its stamp = 0 visible.
+  if (job_stamp_.load(std::memory_order_acquire) != generation) return;
+  const TaskFn fn = job_fn_.load(std::memory_order_acquire);
+  void *const context = job_context_.load(std::memory_order_acquire);
+  const size_t task_count = job_task_count_.load(std::memory_order_acquire);
+  if (job_stamp_.load(std::memory_order_relaxed) != generation) return;  // overwritten meanwhile
   const uint64_t tag = generation & 0xFFFFFFFFu;
   for (size_t k = 0; k < thread_count_; ++k) {
     const size_t owner = (thread + k) % thread_count_;
@@ -156,13 +166,15 @@ void ThreadPool::run(size_t task_count, TaskFn fn, void *context) {
   }
   failed_.store(false, std::memory_order_relaxed);
   const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;  // only callers change it
-  job_fn_.store(fn, std::memory_order_relaxed);
-  job_context_.store(context, std::memory_order_relaxed);
-  job_task_count_.store(task_count, std::memory_order_relaxed);
+  job_stamp_.store(0, std::memory_order_relaxed);  // seqlock: fields in flux
+  job_fn_.store(fn, std::memory_order_release);     // (release: a reader of these sees the 0)
+  job_context_.store(context, std::memory_order_release);
+  job_task_count_.store(task_count, std::memory_order_release);
   remaining_.store(task_count, std::memory_order_relaxed);
   for (size_t thread = 0; thread < thread_count_; ++thread)
     cursors_[thread].next.store(((generation & 0xFFFFFFFFu) << 32) | partition_begin(task_count, thread),
                                 std::memory_order_relaxed);
+  job_stamp_.store(generation, std::memory_order_release);  // fields complete
   generation_.fetch_add(1);  // seq_cst: publishes the job (see the top of this file)
 
   if (!workers_.empty() && sleepers_.load() != 0) {
@@ -195,15 +207,16 @@ void ThreadPool::run(size_t task_count, TaskFn fn, void *context) {
   if (error) std::rethrow_exception(error);
 }
 
-// Waits for the generation after seen_generation: polls with `pause` for a few microseconds,
-// then polls with yields (so an oversubscribed machine still makes progress) until
-// spin_microseconds have passed, then blocks. Returns false when the pool is stopping.
-bool ThreadPool::wait_for_job(uint64_t seen_generation) {
+// Waits for a generation other than seen_generation and returns it: polls with `pause` for a
+// few microseconds, then polls with yields (so an oversubscribed machine still makes
+// progress) until spin_microseconds have passed, then blocks.
+uint64_t ThreadPool::wait_for_job(uint64_t seen_generation) {
   const Clock::time_point start = Clock::now();
   const Clock::time_point yield_after = start + std::chrono::microseconds(kPauseSpinMicroseconds);
   const Clock::time_point block_after = start + std::chrono::microseconds(spin_microseconds_);
   for (uint32_t spins = 0;; ++spins) {
-    if (generation_.load(std::memory_order_acquire) != seen_generation) return !stop_.load();
+    const uint64_t generation = generation_.load(std::memory_order_acquire);
+    if (generation != seen_generation) return generation;
     if ((spins & 63u) == 63u) {
       const Clock::time_point now = Clock::now();
       if (now >= block_after) break;
@@ -213,16 +226,22 @@ bool ThreadPool::wait_for_job(uint64_t seen_generation) {
   }
   std::unique_lock<std::mutex> lock(wake_mutex_);
   sleepers_.fetch_add(1);
-  while (generation_.load() == seen_generation) wake_.wait(lock);
+  uint64_t generation;
+  while ((generation = generation_.load()) == seen_generation) wake_.wait(lock);
   sleepers_.fetch_sub(1);
-  return !stop_.load();
+  return generation;
 }
 
 void ThreadPool::worker_main(size_t thread) {
+  // The generation a worker works on is the one wait_for_job saw, never a re-read: the
+  // caller does not wait for workers that claimed nothing, so by a re-read the destructor
+  // may already have published its stop generation, and a worker that then waited for the
+  // generation after *that* one would sleep forever (a hang in ~ThreadPool, found by the
+  // "late worker" test). stop_ is stored before the stop generation is published.
   uint64_t seen_generation = 0;
   for (;;) {
-    if (!wait_for_job(seen_generation)) return;
-    seen_generation = generation_.load(std::memory_order_acquire);
+    seen_generation = wait_for_job(seen_generation);
+    if (stop_.load()) return;
     participate(seen_generation, thread);
   }
 }

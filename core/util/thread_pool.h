@@ -97,7 +97,7 @@ class ThreadPool {
   void run(size_t task_count, TaskFn fn, void *context);
   void participate(uint64_t generation, size_t thread);
   void worker_main(size_t thread);
-  bool wait_for_job(uint64_t seen_generation);
+  uint64_t wait_for_job(uint64_t seen_generation);
   bool called_from_inside() const;
 
   size_t thread_count_ = 1;
@@ -107,9 +107,11 @@ class ThreadPool {
   std::vector<std::thread::id> worker_ids_;
 
   // The current job. Written by the caller before it publishes the job with a seq_cst
-  // increment of generation_; atomics (relaxed) because a worker that wakes up late may read
-  // them while the next job is being written: it then fails to claim anything (the cursors
-  // carry the generation) and never uses what it read. See thread_pool.cpp.
+  // increment of generation_, under a seqlock: job_stamp_ is 0 while the fields are being
+  // written and the job's generation once they are complete. A worker that wakes up late may
+  // read them while the next job is being written; it then sees a stamp other than the
+  // generation it woke for and leaves without using them. See thread_pool.cpp.
+  std::atomic<uint64_t> job_stamp_{0};
   std::atomic<TaskFn> job_fn_{nullptr};
   std::atomic<void *> job_context_{nullptr};
   std::atomic<size_t> job_task_count_{0};

@@ -77,6 +77,35 @@ TEST_CASE("a worker stuck in a task does not hold up the rest of its range", "[t
   REQUIRE(done_by_caller.load() >= tasks / 2);
 }
 
+TEST_CASE("a late worker never runs or counts a task of another job", "[thread_pool][stress]") {
+  // Alternating small and large task counts with more threads than CPUs: workers often wake
+  // after the caller has finished a job alone and is writing the next one. Every task of
+  // every job must run exactly once, before its parallel_for returns.
+  for (size_t threads : {2, 3, 5}) {
+    ThreadPool pool(with_threads(threads, /*spin_us=*/20));
+    constexpr size_t kMax = 97;
+    std::vector<std::atomic<int>> runs(kMax);
+    std::atomic<int> stray{0};
+    const size_t counts[] = {1, 97, 2, 64, 3, 31, 1, 5, 96};
+    for (uint32_t job = 0; job < 60000; ++job) {
+      const size_t n = counts[job % (sizeof(counts) / sizeof(counts[0]))];
+      for (size_t t = 0; t < n; ++t) runs[t].store(0, std::memory_order_relaxed);
+      pool.parallel_for(n, [&, n](size_t task, size_t) {
+        if (task >= n) stray.fetch_add(1);
+        else runs[task].fetch_add(1);
+      });
+      bool all_once = true;
+      for (size_t t = 0; t < n; ++t) all_once = all_once && runs[t].load() == 1;
+      if (!all_once || stray.load() != 0) {
+        INFO("threads=" << threads << " job=" << job << " n=" << n << " stray=" << stray.load());
+        for (size_t t = 0; t < n; ++t) INFO("task " << t << " ran " << runs[t].load() << " times");
+        FAIL("a task ran other than exactly once");
+      }
+    }
+    REQUIRE(stray.load() == 0);
+  }
+}
+
 TEST_CASE("thread index is exclusive: per-thread scratch needs no locking", "[thread_pool]") {
   ThreadPool pool(with_threads(4));
   std::vector<std::atomic<int>> inside(pool.thread_count());
