@@ -21,7 +21,6 @@
 #include "machine_probe.h"
 #include "model/model.h"
 #include "runtime/session.h"
-#include "util/thread_pool.h"
 
 using namespace colibri;
 
@@ -127,10 +126,7 @@ int main(int argc, char **argv) {
     else if (a == "--decode-only") run_prefill = false;
     else if (a == "--isa") {
       const std::string v = value();
-      if (v == "avx512") isa = kernels::Isa::Avx512;
-      else if (v == "avx2") isa = kernels::Isa::Avx2;
-      else if (v == "scalar") isa = kernels::Isa::Scalar;
-      else {
+      if (!kernels::parse_isa(v.c_str(), &isa)) {
         std::fprintf(stderr, "engine_bench: --isa must be avx512, avx2 or scalar, not '%s'\n", v.c_str());
         return 2;
       }

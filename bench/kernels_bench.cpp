@@ -187,10 +187,7 @@ Options parse(int argc, char **argv) {
     };
     if (a == "--isa") {
       const std::string v = value();
-      if (v == "scalar") o.isa = colibri::kernels::Isa::Scalar;
-      else if (v == "avx2") o.isa = colibri::kernels::Isa::Avx2;
-      else if (v == "avx512") o.isa = colibri::kernels::Isa::Avx512;
-      else {
+      if (!colibri::kernels::parse_isa(v.c_str(), &o.isa)) {
         std::fprintf(stderr, "kernels_bench: unknown ISA '%s' (scalar, avx2, avx512)\n", v.c_str());
         std::exit(2);
       }

@@ -2,6 +2,8 @@
 // and the small public helpers of kernels.h. Compiled without ISA flags.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <initializer_list>
 
 #if defined(COLIBRI_KERNELS_X86)
 #include <cpuid.h>
@@ -112,6 +114,16 @@ const char *isa_name(Isa isa) {
     case Isa::Avx512: return "avx512";
   }
   return "unknown";
+}
+
+bool parse_isa(const char *name, Isa *isa) {
+  for (Isa candidate : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    if (std::strcmp(name, isa_name(candidate)) == 0) {
+      *isa = candidate;
+      return true;
+    }
+  }
+  return false;
 }
 
 const char *dtype_name(DType dtype) {

@@ -57,6 +57,8 @@ bool weights_supported(DType dtype, uint32_t group_size, size_t cols);
 // The most capable level this CPU (and OS, for AVX-512 state) supports.
 Isa best_isa();
 const char *isa_name(Isa isa);    // "scalar", "avx2", "avx512"
+// The inverse of isa_name: false (and *isa untouched) for any other name.
+bool parse_isa(const char *name, Isa *isa);
 const char *dtype_name(DType dtype);  // "f32", "f16", "bf16", "q8"
 
 // Weight-row matmul: for rows r in [row_begin, row_end) and tokens t in [0, token_count):

@@ -261,3 +261,17 @@ TEST_CASE("kernel_table falls back to the best level the CPU has", "[kernels][di
   WARN("best ISA on this machine: " << isa_name(best)
        << (detail::cpu_supports_avx512_vnni() ? " (+vnni)" : ""));
 }
+
+TEST_CASE("parse_isa is the inverse of isa_name and rejects other names", "[kernels]") {
+  using colibri::kernels::Isa;
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    Isa parsed = Isa::Scalar == isa ? Isa::Avx512 : Isa::Scalar;
+    REQUIRE(colibri::kernels::parse_isa(colibri::kernels::isa_name(isa), &parsed));
+    REQUIRE(parsed == isa);
+  }
+  Isa untouched = Isa::Avx2;
+  for (const char *bad : {"", "AVX2", "avx", "avx512f", "sse"}) {
+    REQUIRE_FALSE(colibri::kernels::parse_isa(bad, &untouched));
+    REQUIRE(untouched == Isa::Avx2);
+  }
+}
