@@ -203,8 +203,10 @@ int main(int argc, char **argv) {
   const colibri_probe::ReadProbeResult read = colibri_probe::measure_read_bandwidth(ro);
   const colibri_probe::FmaProbeResult fma = colibri_probe::measure_fma_peak(threads, kernels::isa_name(s->isa()));
   const double bandwidth = read.median_gbs, peak = fma.gflops;
-  std::printf("measured: read bandwidth %.1f GB/s [%.1f..%.1f] (%zu MiB, %s loads), FMA peak %.1f GFLOP/s (%s), %zu threads\n",
-              bandwidth, read.min_gbs, read.max_gbs, read.buffer_bytes >> 20, read.loads.c_str(), peak, fma.isa.c_str(), threads);
+  std::printf("measured: read bandwidth %.1f GB/s [%.1f..%.1f] (%zu MiB, %s loads, %s reader; plain %.1f, prefetching %.1f), "
+              "FMA peak %.1f GFLOP/s (%s), %zu threads\n",
+              bandwidth, read.min_gbs, read.max_gbs, read.buffer_bytes >> 20, read.loads.c_str(), read.reader.c_str(),
+              read.plain_median_gbs, read.prefetch_median_gbs, peak, fma.isa.c_str(), threads);
   if (colibri_probe::probe_isa("") != read.loads) {
     ro.max_isa.clear();
     const colibri_probe::ReadProbeResult wide = colibri_probe::measure_read_bandwidth(ro);

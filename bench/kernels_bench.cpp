@@ -237,8 +237,9 @@ int main(int argc, char **argv) {
     ro.repetitions = static_cast<size_t>(opt.runs);
     const colibri_probe::ReadProbeResult r = colibri_probe::measure_read_bandwidth(ro);
     read_gbs[p] = r.median_gbs;
-    std::printf("memory read bandwidth, %zu thread(s), %zu MiB, %s loads: %.1f GB/s [%.1f..%.1f]\n", r.threads,
-                r.buffer_bytes >> 20, r.loads.c_str(), r.median_gbs, r.min_gbs, r.max_gbs);
+    std::printf("memory read bandwidth, %zu thread(s), %zu MiB, %s loads: %.1f GB/s [%.1f..%.1f] (%s reader; plain %.1f, prefetching %.1f)\n",
+                r.threads, r.buffer_bytes >> 20, r.loads.c_str(), r.median_gbs, r.min_gbs, r.max_gbs, r.reader.c_str(),
+                r.plain_median_gbs, r.prefetch_median_gbs);
   }
   for (const char *isa : {"avx2", "avx512"}) {
     const colibri_probe::FmaProbeResult f = colibri_probe::measure_fma_peak(1, isa);

@@ -245,7 +245,10 @@ int bench_command(int argc, char **argv) {
                                   {"read_gb_per_s_min", b.min_gbs},
                                   {"read_gb_per_s_max", b.max_gbs},
                                   {"probe_bytes", b.buffer_bytes},
-                                  {"probe_loads", b.loads}});
+                                  {"probe_loads", b.loads},
+                                  {"probe_reader", b.reader},
+                                  {"read_gb_per_s_plain", b.plain_median_gbs},
+                                  {"read_gb_per_s_prefetch", b.prefetch_median_gbs}});
     out["results"] = nlohmann::json::array();
     for (const TestResult &r : results) {
       nlohmann::json j = {{"test", r.name},
@@ -282,11 +285,12 @@ int bench_command(int argc, char **argv) {
               static_cast<unsigned long long>(info.expert_count), static_cast<unsigned long long>(info.top_k),
               colibri_dtype_name(info.weight_dtype), format_count(static_cast<double>(info.parameter_count)).c_str(),
               format_count(static_cast<double>(info.active_parameter_count)).c_str(), static_cast<double>(info.active_weight_bytes) / 1e6);
-  std::printf("memory read bandwidth (STREAM-like probe, %zu MiB, %s loads, median of 5):", probe_bytes >> 20,
-              bandwidths.empty() ? "-" : bandwidths.front().loads.c_str());
+  std::printf("memory read bandwidth (STREAM-like probe, %zu MiB, %s loads, the better of a plain and a prefetching reader, "
+              "median of 5 passes each):",
+              probe_bytes >> 20, bandwidths.empty() ? "-" : bandwidths.front().loads.c_str());
   for (size_t i = 0; i < bandwidths.size(); ++i)
-    std::printf("%s %zu thread%s %.1f GB/s [%.1f..%.1f]", i ? "," : "", bandwidths[i].threads, bandwidths[i].threads == 1 ? "" : "s",
-                bandwidths[i].median_gbs, bandwidths[i].min_gbs, bandwidths[i].max_gbs);
+    std::printf("%s %zu thread%s %.1f GB/s [%.1f..%.1f] (%s)", i ? "," : "", bandwidths[i].threads, bandwidths[i].threads == 1 ? "" : "s",
+                bandwidths[i].median_gbs, bandwidths[i].min_gbs, bandwidths[i].max_gbs, bandwidths[i].reader.c_str());
   std::printf("\n\n| model | size | params | backend | threads | test | t/s | min … max | decode roofline |\n"
               "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
   for (const TestResult &r : results) {

@@ -8,12 +8,17 @@
 // engine: it depends on nothing in Colibri, so the CLI can use it and still reach the engine
 // through the public C API only.
 //
-// The read probe is what a roofline needs: the fastest plain sequential read this CPU can
-// sustain from DRAM. Each thread reads its own contiguous slice (which it touched first, so
-// its pages sit where it runs) with the widest vector loads the CPU has (AVX-512, else AVX2,
-// else 64-bit words) into 8 independent accumulators, so the loop is limited by memory and
-// not by an add chain or the load width. The buffer defaults to max(1 GiB, 4 × the last-level
-// cache) so that the caches cannot serve it.
+// The read probe is what a roofline needs: the fastest sequential read this CPU can sustain
+// from DRAM. Each thread reads its own contiguous slice (which it touched first, so its pages
+// sit where it runs) with the widest vector loads the CPU has (AVX-512, else AVX2, else
+// 64-bit words) into 8 independent accumulators, so the loop is limited by memory and not by
+// an add chain or the load width. Two readers alternate pass by pass: plain loads, and the
+// same loads with a software prefetch 4 KiB ahead (the decode kernels prefetch too; on the
+// dev VM a plain read draws up to 25% less than a prefetching one when the host's bandwidth
+// is low, about as much when it is high, and a plain-only probe let a kernel report "123% of
+// the roofline"). The figure is the better reader's median. The
+// buffer defaults to max(1 GiB, 4 × the last-level cache) so that the caches cannot serve it,
+// and asks for transparent huge pages.
 #pragma once
 
 #include <cstddef>
@@ -24,7 +29,7 @@ namespace colibri_probe {
 struct ReadProbeOptions {
   size_t threads = 1;        // threads reading at once (each its own slice), >= 1
   size_t buffer_bytes = 0;   // 0 = default_probe_bytes()
-  size_t repetitions = 5;    // timed passes after one untimed warm-up pass, >= 1
+  size_t repetitions = 5;    // timed passes of each reader after one untimed warm-up pass, >= 1
   // Widest loads to use: "avx512", "avx2" or "scalar"; empty = the widest the CPU has. A
   // kernel run on a narrower instruction set than the CPU's (an AVX2 build on an AVX-512
   // host, standing in for an AVX2 machine) is compared with a probe of the same width: on
@@ -39,10 +44,16 @@ struct ReadProbeResult {
   size_t buffer_bytes = 0;  // bytes read per pass
   size_t threads = 0;
   std::string loads;  // "avx512", "avx2" or "scalar": the load width used
+  // Both readers' medians; median/min/max above are those of the better one, named here
+  // ("plain" or "prefetch").
+  double plain_median_gbs = 0;
+  double prefetch_median_gbs = 0;
+  std::string reader;
 };
 
 // Throws std::bad_alloc when the buffer cannot be allocated and std::system_error when a
-// thread cannot be started. Takes buffer_bytes / bandwidth × (repetitions + 2) seconds.
+// thread cannot be started. Takes buffer_bytes / bandwidth × (2 × repetitions + 2) seconds
+// (`repetitions` timed passes of each reader).
 ReadProbeResult measure_read_bandwidth(const ReadProbeOptions &options);
 
 // Bytes of the largest CPU cache (sysconf, then /sys), 0 when unknown.

@@ -399,7 +399,12 @@ TEST_CASE("bench --json parses and has the table's fields", "[cli][bench]") {
   CHECK(j["model"]["file_size_bytes"].get<uint64_t>() > 0);
   CHECK(j["backend"].get<std::string>().rfind("cpu-", 0) == 0);
   REQUIRE(j["bandwidth"].size() == 1);
-  CHECK(j["bandwidth"][0]["read_gb_per_s"].get<double>() > 0);
+  const json &bw = j["bandwidth"][0];
+  CHECK(bw["read_gb_per_s"].get<double>() > 0);
+  // The figure is the better of the two readers' medians, and says which one it is.
+  const double plain = bw["read_gb_per_s_plain"].get<double>(), ahead = bw["read_gb_per_s_prefetch"].get<double>();
+  CHECK(bw["read_gb_per_s"].get<double>() == std::max(plain, ahead));
+  CHECK(bw["probe_reader"] == (ahead > plain ? "prefetch" : "plain"));
   REQUIRE(j["results"].size() == 2);
   const json &pp = j["results"][0], &tg = j["results"][1];
   CHECK(pp["test"] == "pp16");
