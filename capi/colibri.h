@@ -214,9 +214,10 @@ COLIBRI_API const char *colibri_dtype_name(uint32_t dtype);
 #define COLIBRI_PIN_OFF 1
 #define COLIBRI_PIN_ON 2
 
-/* NUMA placement (libnuma, detected at run time). On a single-node machine, or where libnuma
- * is missing, every policy is accepted and does nothing (colibri_model_info.numa_report says
- * what happened). */
+/* NUMA placement (libnuma.so.1, loaded at run time if installed: the library does not link
+ * it). On a single-node machine, or where libnuma is missing, OFF, INTERLEAVE and BIND to node
+ * 0 are accepted and do nothing (colibri_model_info.numa_report says what happened and why);
+ * BIND to a node that does not exist is an INVALID_ARGUMENT error naming the reason. */
 #define COLIBRI_NUMA_DEFAULT 0    /* model options: OFF; session options: the model's */
 #define COLIBRI_NUMA_OFF 1
 #define COLIBRI_NUMA_BIND 2       /* weights (model) / worker threads (session) on numa_node */

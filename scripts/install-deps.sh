@@ -4,9 +4,11 @@
 # Usage: scripts/install-deps.sh            (build + test dependencies)
 set -euo pipefail
 
+# libnuma1: not a build dependency (libcolibri loads libnuma.so.1 at run time, if present);
+# installed so that the tests exercise the NUMA code with the library loaded.
 packages=(
   build-essential cmake ninja-build pkg-config clang
-  libcxxopts-dev libxxhash-dev libzstd-dev libnuma-dev catch2 nlohmann-json3-dev
+  libcxxopts-dev libxxhash-dev libzstd-dev libnuma1 catch2 nlohmann-json3-dev
   libpcre2-dev libutf8proc-dev
   zstd xxhash
   abigail-tools

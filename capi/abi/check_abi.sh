@@ -5,7 +5,7 @@
 #   check_abi.sh symbols    LIB SYMBOLS_TXT        exported symbols == the committed list
 #   check_abi.sh no-cxx     LIB                    only colibri_* exported, no C++ (_Z) symbols
 #   check_abi.sh dynamic    LIB                    SONAME libcolibri.so.1, NODELETE, no STATIC_TLS,
-#                                                  no TEXTREL, no libstdc++/libgcc_s needed
+#                                                  no TEXTREL, no libstdc++/libgcc_s or libnuma needed
 #   check_abi.sh no-glibcxx LIB                    no GLIBCXX_/CXXABI_/GCC_ symbol versions imported
 #   check_abi.sh constants  HEADER CONSTANTS_TXT   every #define COLIBRI_* value == the committed list
 #   check_abi.sh layout     HEADER LAYOUT_TXT      every public struct field's offset, size and type
@@ -89,7 +89,10 @@ check_dynamic() {
   if grep -E '\(NEEDED\)' <<<"$dyn" | grep -qE 'libstdc\+\+|libgcc_s'; then
     [[ ${COLIBRI_ABI_ALLOW_SHARED_LIBSTDCXX:-0} == 1 ]] || die "the library needs the shared libstdc++/libgcc_s (link with -static-libstdc++ -static-libgcc)"
   fi
-  echo "dynamic: SONAME libcolibri.so.1, NODELETE, no STATIC_TLS, no TEXTREL"
+  if grep -E '\(NEEDED\)' <<<"$dyn" | grep -q 'libnuma'; then
+    die "the library links libnuma: it must load it at run time (core/util/numa.cpp), so that it loads on machines without libnuma"
+  fi
+  echo "dynamic: SONAME libcolibri.so.1, NODELETE, no STATIC_TLS, no TEXTREL, no libnuma"
 }
 
 check_no_glibcxx() {

@@ -1,7 +1,8 @@
 // core/util/numa.h — NUMA placement policy for the weights and the worker threads, through
-// libnuma when the build found it and the kernel supports it (checked at run time). On a
-// single-node machine or without libnuma every policy is accepted and does nothing (the
-// report says so), so the same flags work everywhere.
+// libnuma (libnuma.so.1, loaded at run time with dlopen on first use, so nothing links it)
+// when it is installed and the kernel supports NUMA. On a single-node machine or without
+// libnuma every policy is accepted and does nothing (the report says which and why), so the
+// same flags work everywhere; bind:N with N >= 1 is an error there, naming the reason.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +24,10 @@ std::string numa_policy_name(const NumaPolicy &policy);
 
 // Number of NUMA nodes usable by this process (1 when NUMA is unavailable).
 int numa_node_count();
+
+// One line for diagnostics: "libnuma.so.1 loaded, 2 nodes", or why NUMA is unavailable
+// ("libnuma.so.1 could not be loaded (...; install libnuma1 ...)").
+std::string numa_support();
 
 // Sets the memory policy of [address, address + bytes) (page-aligned by the caller): bind
 // to one node or interleave over all. Pages already faulted in keep their placement, so call
