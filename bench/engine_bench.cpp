@@ -38,11 +38,14 @@ Stats stats(std::vector<double> v) {
 
 uint64_t matrix_bytes(const model::WeightMatrix &m) { return m.present() ? m.matrix_bytes : 0; }
 
-// Weight bytes one decode token reads (k experts per MoE layer) and its matmul FLOPs.
-void active_per_token(const model::Model &m, uint64_t *bytes, double *flops) {
+// Weight bytes one decode token reads (k experts per MoE layer), and the matmul FLOPs of one
+// token through the layers (*body_flops) and through the LM head (*head_flops): a prefill
+// computes the LM head for its last position only.
+void active_per_token(const model::Model &m, uint64_t *bytes, double *body_flops, double *head_flops) {
   const auto &c = m.config();
   uint64_t b = m.token_embedding().row_bytes + matrix_bytes(m.output()) + c.hidden_size * 4;
-  double f = 2.0 * static_cast<double>(m.output().rows * m.output().cols);
+  *head_flops = 2.0 * static_cast<double>(m.output().rows * m.output().cols);
+  double f = 0;
   for (const auto &l : m.layers()) {
     uint64_t attn = matrix_bytes(l.attn_q) + matrix_bytes(l.attn_k) + matrix_bytes(l.attn_v) + matrix_bytes(l.attn_output);
     uint64_t params = (l.attn_q.rows + l.attn_k.rows + l.attn_v.rows) * c.hidden_size + l.attn_output.rows * l.attn_output.cols;
@@ -61,7 +64,7 @@ void active_per_token(const model::Model &m, uint64_t *bytes, double *flops) {
     f += 2.0 * static_cast<double>(params);
   }
   *bytes = b;
-  *flops = f;
+  *body_flops = f;
 }
 
 void print_profile(const char *label, const runtime::SessionStats &st) {
@@ -161,15 +164,26 @@ int main(int argc, char **argv) {
     return 1;
   }
   uint64_t active_bytes;
-  double flops_per_token;
-  active_per_token(*m, &active_bytes, &flops_per_token);
+  double body_flops, head_flops;
+  active_per_token(*m, &active_bytes, &body_flops, &head_flops);
   const auto &c = m->config();
+  // Attention arithmetic (q·k scores and the weighted sum of values) of a token at position p:
+  // 2 FLOP × 2 × p × head_dim per query head and layer.
+  const double attention_flops_per_position =
+      4.0 * static_cast<double>(c.head_dim) * static_cast<double>(c.head_count) * static_cast<double>(c.layer_count);
+  // Work of an n-token prefill from position 0: every token through the layers, attention
+  // over its own prefix (mean (n - 1) / 2 earlier positions, plus itself), the LM head once.
+  auto prefill_flops = [&](size_t n) {
+    const double tokens = static_cast<double>(n);
+    return tokens * body_flops + tokens * attention_flops_per_position * (tokens + 1) / 2 + head_flops;
+  };
   std::printf("model %s: %s, %llu layers, hidden %llu, %llu experts × %llu (top-%llu), vocab %llu, %s\n", model_path.c_str(),
               c.family.c_str(), (unsigned long long)c.layer_count, (unsigned long long)c.hidden_size,
               (unsigned long long)c.expert_count, (unsigned long long)c.expert_ffn_size, (unsigned long long)c.top_k,
               (unsigned long long)c.vocab_size, kernels::isa_name(s->isa()));
-  std::printf("active weight bytes per token: %.1f MB; matmul GFLOP per token: %.3f; threads %zu\n", active_bytes / 1e6,
-              flops_per_token / 1e9, s->thread_count());
+  std::printf("active weight bytes per token: %.1f MB; matmul GFLOP per token: %.3f in the layers + %.3f in the LM head "
+              "(a prefill runs the LM head for its last position only); threads %zu\n",
+              active_bytes / 1e6, body_flops / 1e9, head_flops / 1e9, s->thread_count());
 
   std::vector<runtime::BatchEntry> batch(512);
   auto prefill = [&](size_t n) {
@@ -222,7 +236,8 @@ int main(int argc, char **argv) {
     std::vector<double> r;
     for (int i = 0; i < reps; ++i) r.push_back(prefill(n));
     Stats st = stats(r);
-    double pct = 100.0 * st.median * flops_per_token / 1e9 / peak;
+    // t/s × (FLOPs of the whole prefill / n) = FLOP/s.
+    double pct = 100.0 * st.median * prefill_flops(n) / static_cast<double>(n) / 1e9 / peak;
     std::printf("| pp%-3zu | %.1f | %.1f | %.1f | %.1f%% of FMA peak |\n", n, st.median, st.min, st.max, pct);
   }
   const runtime::SessionStats prefill_stats = s->stats();
