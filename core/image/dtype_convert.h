@@ -1,6 +1,7 @@
 // core/image/dtype_convert.h — element conversions between image dtypes (scalar, exact
-// IEEE rounding: round-to-nearest-even for f16/bf16, NaN preserved). Used by the converter
-// and repack, which stream rows; the engine's fast paths live in kernels/.
+// IEEE rounding: round-to-nearest-even for f16/bf16, NaN stays NaN). Used by the converter
+// and repack, which stream rows. The four element conversions are the kernels' definitions
+// (kernels/cpu/kernels.h, *_value), so the converter and the engine round identically.
 #pragma once
 
 #include <cstddef>

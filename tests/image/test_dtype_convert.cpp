@@ -56,6 +56,38 @@ TEST_CASE("bf16 round trip keeps 8 significant bits and rounds to nearest even",
   CHECK(std::isnan(bf16_to_f32(f32_to_bf16(std::nanf("")))));
 }
 
+TEST_CASE("row conversions equal the element conversions bit for bit, NaN payloads included", "[dtype]") {
+  // Every f16/bf16 bit pattern through decode_floats, then a spread of f32 bit patterns
+  // (every 4099th, which covers all exponents, NaNs and subnormals) through encode_floats.
+  std::vector<uint16_t> halves(65536);
+  for (uint32_t i = 0; i < 65536; ++i) halves[i] = static_cast<uint16_t>(i);
+  std::vector<float> wide(65536);
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    decode_floats(dtype, halves.data(), halves.size(), wide.data());
+    for (uint32_t i = 0; i < 65536; ++i) {
+      const float one = dtype == DType::F16 ? f16_to_f32(halves[i]) : bf16_to_f32(halves[i]);
+      INFO("dtype " << dtype_name(dtype) << " bits " << i);
+      REQUIRE(std::memcmp(&wide[i], &one, 4) == 0);
+    }
+  }
+  std::vector<float> values;
+  for (uint64_t bits = 0; bits <= 0xFFFFFFFFull; bits += 4099) {
+    const uint32_t b = static_cast<uint32_t>(bits);
+    float f;
+    std::memcpy(&f, &b, 4);
+    values.push_back(f);
+  }
+  std::vector<uint16_t> narrow(values.size());
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    encode_floats(dtype, values.data(), values.size(), narrow.data());
+    for (size_t i = 0; i < values.size(); ++i) {
+      const uint16_t one = dtype == DType::F16 ? f32_to_f16(values[i]) : f32_to_bf16(values[i]);
+      INFO("dtype " << dtype_name(dtype) << " value " << values[i]);
+      REQUIRE(narrow[i] == one);
+    }
+  }
+}
+
 TEST_CASE("q8 quantisation error is at most scale/2 and dequantises back", "[dtype]") {
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 2.0f);
