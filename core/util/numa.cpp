@@ -80,6 +80,14 @@ std::string single_node_reason() {
   return "only one NUMA node is available";
 }
 
+// bind:N with N not a node of this machine (or NUMA unavailable, which leaves node 0 only).
+Error no_such_node(int node, int nodes) {
+  if (nodes == 1 && !numa_usable())
+    return make_error(ErrorKind::InvalidArgument, strprintf("NUMA policy bind:%d: %s", node, single_node_reason().c_str()));
+  return make_error(ErrorKind::InvalidArgument, strprintf("NUMA policy bind:%d: this machine has %d node%s (0..%d)", node,
+                                                          nodes, nodes == 1 ? "" : "s", nodes - 1));
+}
+
 }  // namespace
 
 Error parse_numa_policy(const std::string &text, NumaPolicy *out) {
@@ -129,12 +137,7 @@ Error numa_apply_to_memory(const NumaPolicy &policy, const void *address, size_t
     return {};
   }
   const int nodes = numa_node_count();
-  if (policy.mode == NumaPolicy::Mode::Bind && policy.node >= nodes)
-    return make_error(ErrorKind::InvalidArgument,
-                      nodes == 1 && !numa_usable()
-                          ? strprintf("NUMA policy bind:%d: %s", policy.node, single_node_reason().c_str())
-                          : strprintf("NUMA policy bind:%d: this machine has %d node%s (0..%d)", policy.node, nodes,
-                                      nodes == 1 ? "" : "s", nodes - 1));
+  if (policy.mode == NumaPolicy::Mode::Bind && policy.node >= nodes) return no_such_node(policy.node, nodes);
   if (nodes > 1) {
     const NumaLibrary &lib = libnuma();
     void *p = const_cast<void *>(address);
@@ -154,12 +157,7 @@ Error numa_apply_to_memory(const NumaPolicy &policy, const void *address, size_t
 Error numa_apply_to_thread(const NumaPolicy &policy) {
   if (policy.mode != NumaPolicy::Mode::Bind) return {};
   const int nodes = numa_node_count();
-  if (policy.node >= nodes)
-    return make_error(ErrorKind::InvalidArgument,
-                      nodes == 1 && !numa_usable()
-                          ? strprintf("NUMA policy bind:%d: %s", policy.node, single_node_reason().c_str())
-                          : strprintf("NUMA policy bind:%d: this machine has %d node%s", policy.node, nodes,
-                                      nodes == 1 ? "" : "s"));
+  if (policy.node >= nodes) return no_such_node(policy.node, nodes);
   if (nodes > 1 && libnuma().run_on_node(policy.node) != 0)
     return make_error(ErrorKind::Io, strprintf("cannot run on NUMA node %d", policy.node));
   return {};
