@@ -16,8 +16,9 @@
 //
 // Late workers: a worker that wakes for job G after the caller has finished G (alone) may
 // run while the caller writes job G+1. It reads the job fields under a seqlock (job_stamp_
-// must equal G before and after the reads) and leaves if they are not G's. With G's fields it computes G's range ends, and G's cursors are then
-// either drained or retagged G+1, so it claims nothing. A claim that succeeds proves G is
+// must equal G before and after the reads) and leaves if they are not G's. With G's fields
+// it computes G's range ends, and G's cursors are then either drained or retagged G+1, so
+// it claims nothing. A claim that succeeds proves G is
 // still running (an unclaimed task keeps remaining_ above 0), so running G's function and
 // decrementing remaining_ are both right. (A first version computed the range ends from
 // fields it had not validated: with the next job's larger task count it "claimed" past the
