@@ -1,7 +1,7 @@
 // bench/engine_bench.cpp — prefill and decode speed of the CPU engine, with the roofline
 // measured in the same run (ARCHITECTURE.md §9). Prints figures; asserts nothing.
 //
-//   engine_bench --model IMAGE [--threads 2] [--reps 3] [--isa avx512|avx2|scalar] [--decode-only]
+//   engine_bench --model IMAGE [--threads 2] [--reps 3] [--isa avx512|avx2|scalar] [--decode-only | --prefill-only]
 //   engine_bench --make DIR --dtype f16|q8      (writes the benchmark-shape checkpoint with
 //                the seeded synthetic writer, converts it with colibri-model, then runs)
 //
@@ -111,7 +111,7 @@ int main(int argc, char **argv) {
   size_t threads = 2;
   int reps = 3;
   kernels::Isa isa = kernels::Isa::Avx512;
-  bool run_prefill = true;
+  bool run_prefill = true, run_decode = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -127,6 +127,7 @@ int main(int argc, char **argv) {
     else if (a == "--threads") threads = std::strtoull(value().c_str(), nullptr, 10);
     else if (a == "--reps") reps = std::max(3, std::atoi(value().c_str()));
     else if (a == "--decode-only") run_prefill = false;
+    else if (a == "--prefill-only") run_decode = false;
     else if (a == "--isa") {
       const std::string v = value();
       if (!kernels::parse_isa(v.c_str(), &isa)) {
@@ -135,7 +136,7 @@ int main(int argc, char **argv) {
       }
     } else {
       std::fprintf(stderr, "usage: engine_bench (--model IMAGE | --make DIR [--dtype f16|q8]) [--threads N] [--reps N] "
-                           "[--isa avx512|avx2|scalar] [--decode-only]\n");
+                           "[--isa avx512|avx2|scalar] [--decode-only | --prefill-only]\n");
       return 2;
     }
   }
@@ -230,17 +231,19 @@ int main(int argc, char **argv) {
   std::printf("\n");
   std::printf("| test  | t/s median | min | max | roofline |\n|---|---|---|---|---|\n");
   decode(8);  // warm-up
-  s->reset_stats();
-  for (size_t n : {128, 512}) {
-    if (!run_prefill) break;
+  const size_t prefill_sizes[] = {128, 512};
+  runtime::SessionStats prefill_stats[2];
+  for (size_t i = 0; i < 2 && run_prefill; ++i) {
+    const size_t n = prefill_sizes[i];
+    s->reset_stats();
     std::vector<double> r;
-    for (int i = 0; i < reps; ++i) r.push_back(prefill(n));
+    for (int j = 0; j < reps; ++j) r.push_back(prefill(n));
+    prefill_stats[i] = s->stats();
     Stats st = stats(r);
     // t/s × (FLOPs of the whole prefill / n) = FLOP/s.
     double pct = 100.0 * st.median * prefill_flops(n) / static_cast<double>(n) / 1e9 / peak;
     std::printf("| pp%-3zu | %.1f | %.1f | %.1f | %.1f%% of FMA peak |\n", n, st.median, st.min, st.max, pct);
   }
-  const runtime::SessionStats prefill_stats = s->stats();
   s->reset_stats();
   // Decode: every timed run is paired with a read probe right before it (3 passes, about a
   // second), and the roofline percentage is the median of the per-run ratios. The host's
@@ -250,6 +253,7 @@ int main(int argc, char **argv) {
   paired.max_isa = kernels::isa_name(s->isa());
   paired.repetitions = 3;
   for (size_t n : {64, 128}) {
+    if (!run_decode) break;
     // KV reads at the mean position: 2 (k, v) · kv_dim · 4 bytes · layers · n/2 positions.
     const double kv = 2.0 * static_cast<double>(m->kv_dim()) * 4 * static_cast<double>(c.layer_count) * static_cast<double>(n) / 2;
     const double bytes_per_token = static_cast<double>(active_bytes) + kv;
@@ -263,8 +267,14 @@ int main(int argc, char **argv) {
     std::printf("| tg%-3zu | %.2f | %.2f | %.2f | %.1f%% [%.1f..%.1f] of bandwidth / bytes per token (paired probes %.1f GB/s [%.1f..%.1f]) |\n",
                 n, st.median, st.min, st.max, sp.median, sp.min, sp.max, sb.median, sb.min, sb.max);
   }
-  print_profile("decode", s->stats());
-  std::printf("\n");
-  if (run_prefill) print_profile("prefill (pp128 and pp512 runs)", prefill_stats);
+  if (run_decode) {
+    print_profile("decode", s->stats());
+    std::printf("\n");
+  }
+  for (size_t i = 0; i < 2 && run_prefill; ++i) {
+    const std::string title = "prefill pp" + std::to_string(prefill_sizes[i]);
+    print_profile(title.c_str(), prefill_stats[i]);
+    std::printf("\n");
+  }
   return 0;
 }

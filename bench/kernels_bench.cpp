@@ -4,7 +4,8 @@
 // run (ARCHITECTURE.md §9):
 //   * decode: matmul_rows at T=1, GB/s of weight bytes, streamed from DRAM (copies of the
 //     matrix spanning >= 1 GiB, visited round-robin) and hot (one copy, cache-resident);
-//   * prefill: gemm_rows at T=128 in GFLOP/s (and matmul_rows at T=128 for comparison);
+//   * prefill: gemm_rows at T=128 in GFLOP/s (and matmul_rows at T=128 for comparison), and
+//     gemm_rows at T=32 with the weights streamed from DRAM (an expert's share of a prefill);
 //   * the pool: the cost of an empty parallel_for.
 // for 1 thread and N threads (default 2). Every figure is the median of --runs samples
 // (default 5, minimum 3) after a warm-up, shown with [min..max]. Single-thread figures are
@@ -344,6 +345,38 @@ int main(int argc, char **argv) {
       std::snprintf(shape_name, sizeof(shape_name), "%zux%zu", rows, cols);
       std::printf("%-10s %-6s %-30s %-30s %-30s %.1f / %.1f GFLOP/s\n", shape_name, f.name, cells[0].c_str(),
                   cells[1].c_str(), cells[2].c_str(), cpu_gflops[0], cpu_gflops[2]);
+    }
+  }
+  // Prefill with cold weights: few tokens per expert (a 128-token prefill routes ~32 tokens
+  // to each of 8 experts in top-2), so each weight panel comes from DRAM and is used by few
+  // token tiles; this shows whether the driver hides the panel loads behind the arithmetic.
+  const size_t cold_tokens = 32;
+  std::printf("\nprefill from DRAM: T=%zu, GFLOP/s, 1 thread, one call over all rows of each of >= %zu MiB of copies\n"
+              "round-robin (an expert's share of a 128-token top-2 prefill over 8 experts)\n",
+              cold_tokens, dram_bytes >> 20);
+  std::printf("%-10s %-6s %-30s\n", "rows x cols", "dtype", "gemm_rows 1 thread, cold");
+  for (const auto &shape : shapes) {
+    const size_t rows = shape[0], cols = shape[1];
+    for (const Format &f : kFormats) {
+      const size_t one_bytes = rows * colibri::kernels::row_bytes(f.dtype, f.group_size, cols);
+      const size_t copies = std::max<size_t>(2, dram_bytes / one_bytes);
+      const Weights w = make_weights(k, f, rows, cols, copies);
+      std::vector<float> x(cold_tokens * cols), y(cold_tokens * rows);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = float(i % 97) * 0.001f - 0.05f;
+      const size_t xrow = colibri::kernels::row_bytes(DType::Q8, f.group_size == 0 ? 32 : f.group_size, cols);
+      std::vector<unsigned char> xq(xrow * cold_tokens);
+      if (f.dtype == DType::Q8)
+        for (size_t t = 0; t < cold_tokens; ++t)
+          k.quantize_row_q8(x.data() + t * cols, cols, f.group_size, xq.data() + t * xrow);
+      const MatmulCall call{k, f, cols, rows, cold_tokens, x.data(), xq.data(), y.data(), true};
+      const Stats s = measure(opt.runs, [&] {
+        const Clock::time_point start = Clock::now();
+        for (size_t c = 0; c < copies; ++c) call(one, w.copy(c));
+        return 2.0 * double(rows) * double(cols) * double(cold_tokens) * double(copies) / seconds_since(start) / 1e9;
+      });
+      char shape_name[48];
+      std::snprintf(shape_name, sizeof(shape_name), "%zux%zu", rows, cols);
+      std::printf("%-10s %-6s %s\n", shape_name, f.name, format(s, "GFLOP/s").c_str());
     }
   }
   return 0;

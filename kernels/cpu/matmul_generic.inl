@@ -96,6 +96,19 @@ struct FloatTile {
     }
     // One step: every (row, token) accumulator takes the next kL columns.
     auto step = [&](size_t kk) __attribute__((always_inline)) {
+      if constexpr (TT == 1) {
+        // One token: widen and use each row's vector at once (R accumulators + the
+        // activation + one temporary), instead of holding R widened rows live at the same
+        // time, which needs R + R + 1 registers and spills for R = 8 on AVX2.
+        F xv = Simd::load_f32(x[0] + kk);
+        Simd::pin(xv);
+        for (int r = 0; r < R; ++r) {
+          F wr = Load::load(w[r] + kk);
+          Simd::pin(wr);
+          acc[r] = Simd::madd(wr, xv, acc[r]);
+        }
+        return;
+      }
       F wv[R];
       for (int r = 0; r < R; ++r) wv[r] = Load::load(w[r] + kk);
       for (int t = 0; t < TT; ++t) {
@@ -222,6 +235,14 @@ void gemm_driver(TileArgs a, size_t rows, size_t tokens) {
   const SpanTable<Tile, R, TT> &table = kSpanTable<Tile>;
   for (size_t p0 = 0; p0 < rows; p0 += panel_rows) {
     const size_t pr = min_size(panel_rows, rows - p0);
+    // The next panel streams into L2 while this one computes: its lines are spread evenly
+    // over this panel's tile calls. Without it, the first token tile of every panel waits on
+    // DRAM (a prefill with few tokens per expert reads each panel's weights for little work).
+    const size_t next_rows = p0 + pr < rows ? min_size(panel_rows, rows - p0 - pr) : 0;
+    const char *ahead = reinterpret_cast<const char *>(a.w + (p0 + pr) * a.w_stride);
+    const char *const ahead_end = ahead + next_rows * a.w_stride;
+    const size_t calls = ((tokens + TT - 1) / TT) * ((a.cols + Tile::kBlockK - 1) / Tile::kBlockK) * ((pr + R - 1) / R);
+    const size_t lines_per_call = (next_rows * a.w_stride / 64 + calls - 1) / calls;
     for (size_t t0 = 0; t0 < tokens; t0 += TT) {
       const size_t tc = min_size(TT, tokens - t0);
       for (size_t k0 = 0; k0 < a.cols; k0 += Tile::kBlockK) {
@@ -229,6 +250,7 @@ void gemm_driver(TileArgs a, size_t rows, size_t tokens) {
         const bool first = k0 == 0, last = k1 == a.cols;
         for (size_t r = 0, tile = 0; r < pr; r += R, ++tile) {
           const size_t rc = min_size(R, pr - r);
+          for (size_t i = 0; i < lines_per_call && ahead < ahead_end; ++i, ahead += 64) Simd::prefetch_l2(ahead);
           table.fn[rc - 1][tc - 1](advance(a, p0 + r, t0), k0, k1, state + tile * kTileState, first, last);
         }
       }
