@@ -95,32 +95,37 @@ void Session::attention(uint32_t layer, const BatchEntry *entries, size_t count)
     }
   });
 
-  // Scaled dot-product attention per (token, head) over positions 0..position (causal).
+  // Scaled dot-product attention per (token, KV head) over positions 0..position (causal):
+  // the `group` query heads that share a KV head go through one call, which reads each cached
+  // key and value row once for all of them.
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  pool_->parallel_for(count * heads, [&](size_t task, size_t thread) {
-    const size_t t = task / heads, h = task % heads, kvh = h / group;
+  pool_->parallel_for(count * c.kv_head_count, [&](size_t task, size_t thread) {
+    const size_t t = task / c.kv_head_count, kvh = task % c.kv_head_count, h0 = kvh * group;
     const BatchEntry &e = entries[t];
-    const float *q = &b.q[t * Q + h * D];
+    const float *q = &b.q[t * Q + h0 * D];
     const size_t key_at = b.kv_offset(e.sequence, layer) + kvh * D, value_at = key_at + context * KV;
-    float *scores = &b.scores[thread * context];
+    float *scores = &b.scores[thread * group * context];
     const size_t n = e.position + 1;
-    float *out = &b.attn[t * Q + h * D];
+    float *out = &b.attn[t * Q + h0 * D];
     if (f16_cache) {
-      std::fill(out, out + D, 0.0f);
       float *row = &b.kv_row[thread * 2 * D];
-      for (size_t p = 0; p < n; ++p) {
-        kernels_->f16_to_f32(&b.kv_cache_f16[key_at + p * KV], row, D);
-        scores[p] = kernels_->dot_f32(q, row, D) * scale;
-      }
-      kernels_->softmax(scores, n);
-      for (size_t p = 0; p < n; ++p) {
-        kernels_->f16_to_f32(&b.kv_cache_f16[value_at + p * KV], row, D);
-        kernels_->scale_add(out, scores[p], row, D);
+      for (size_t h = 0; h < group; ++h) {
+        float *head_scores = scores + h * context, *head_out = out + h * D;
+        std::fill(head_out, head_out + D, 0.0f);
+        for (size_t p = 0; p < n; ++p) {
+          kernels_->f16_to_f32(&b.kv_cache_f16[key_at + p * KV], row, D);
+          head_scores[p] = kernels_->dot_f32(q + h * D, row, D) * scale;
+        }
+        kernels_->attention_softmax(head_scores, context, 1, n);
+        for (size_t p = 0; p < n; ++p) {
+          kernels_->f16_to_f32(&b.kv_cache_f16[value_at + p * KV], row, D);
+          kernels_->scale_add(head_out, head_scores[p], row, D);
+        }
       }
     } else {
-      kernels_->attention_scores(q, &b.kv_cache[key_at], KV, n, D, scale, scores);
-      kernels_->softmax(scores, n);
-      kernels_->attention_values(scores, &b.kv_cache[value_at], KV, n, D, out);
+      kernels_->attention_scores(q, D, group, &b.kv_cache[key_at], KV, n, D, scale, scores, context);
+      kernels_->attention_softmax(scores, context, group, n);
+      kernels_->attention_values(scores, context, group, &b.kv_cache[value_at], KV, n, D, out, D);
     }
   });
 

@@ -27,7 +27,7 @@ struct Session::Buffers {
   std::vector<float> k, v;     // [N, kv_dim]
   std::vector<float> attn;     // [N, q_dim] attention output before o_proj
   std::vector<float> ffn_out;  // [N, hidden]
-  std::vector<float> scores;   // [P, context] attention scores per thread
+  std::vector<float> scores;   // [P, heads per KV head, context] attention scores per thread
   std::vector<float> kv_cache;         // [sequences, layers, 2, context, kv_dim] (KvDtype::F32)
   std::vector<uint16_t> kv_cache_f16;  // same layout, f16 (KvDtype::F16)
   std::vector<float> kv_row;           // [P, 2, head_dim] a cache row converted to f32 (F16 only)
@@ -66,7 +66,7 @@ struct Session::Buffers {
     v.assign(N * m.kv_dim(), 0.0f);
     attn.assign(N * m.q_dim(), 0.0f);
     ffn_out.assign(N * H, 0.0f);
-    scores.assign(threads * o.context_length, 0.0f);
+    scores.assign(threads * (c.head_count / c.kv_head_count) * o.context_length, 0.0f);
     // RoPE inverse frequencies, in fp32 as transformers computes them (1 / θ^(2i/d)).
     rope_inv_freq.resize(c.head_dim / 2);
     for (size_t i = 0; i < rope_inv_freq.size(); ++i)

@@ -67,6 +67,8 @@ struct Simd {
   static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
   static F div(F a, F b) { return _mm256_div_ps(a, b); }
   static F max(F a, F b) { return _mm256_max_ps(a, b); }
+  // value, with the lanes where x < limit set to 0 (a NaN x keeps its lane).
+  static F zero_where_less(F value, F x, F limit) { return _mm256_andnot_ps(_mm256_cmp_ps(x, limit, _CMP_LT_OQ), value); }
   static F madd(F a, F b, F acc) { return _mm256_fmadd_ps(a, b, acc); }
 
   // The canonical 8-lane tree ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)) for 8 vectors at once.
@@ -142,7 +144,7 @@ constexpr KernelTable kTable = {
     Isa::Avx2,        matmul_rows_impl, matmul_rows_q8_impl, gemm_rows_impl,   gemm_rows_q8_impl,
     quantize_row_q8_impl, dot_f32_impl, rmsnorm_impl,        softmax_impl,     silu_mul_impl,
     add_impl,         scale_add_impl,   f16_to_f32_impl,     bf16_to_f32_impl, f32_to_f16_impl,
-    f32_to_bf16_impl, attention_scores_impl, attention_values_impl,
+    f32_to_bf16_impl, attention_scores_impl, attention_softmax_impl, attention_values_impl,
 };
 
 }  // namespace

@@ -72,6 +72,10 @@ struct Simd {
   static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
   static F div(F a, F b) { return _mm512_div_ps(a, b); }
   static F max(F a, F b) { return _mm512_max_ps(a, b); }
+  // value, with the lanes where x < limit set to 0 (a NaN x keeps its lane).
+  static F zero_where_less(F value, F x, F limit) {
+    return _mm512_maskz_mov_ps(static_cast<__mmask16>(~_mm512_cmp_ps_mask(x, limit, _CMP_LT_OQ)), value);
+  }
   static F madd(F a, F b, F acc) { return _mm512_fmadd_ps(a, b, acc); }
 
   // The canonical 16-lane tree: lane i + lane i+8, then the 8-lane tree of avx2.cpp,
@@ -148,7 +152,7 @@ constexpr KernelTable kTable = {
     Isa::Avx512,      matmul_rows_impl, matmul_rows_q8_impl, gemm_rows_impl,   gemm_rows_q8_impl,
     quantize_row_q8_impl, dot_f32_impl, rmsnorm_impl,        softmax_impl,     silu_mul_impl,
     add_impl,         scale_add_impl,   f16_to_f32_impl,     bf16_to_f32_impl, f32_to_f16_impl,
-    f32_to_bf16_impl, attention_scores_impl, attention_values_impl,
+    f32_to_bf16_impl, attention_scores_impl, attention_softmax_impl, attention_values_impl,
 };
 
 }  // namespace

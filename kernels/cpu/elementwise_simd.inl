@@ -38,7 +38,11 @@ void rmsnorm_impl(float *out, const float *x, const float *weight, float eps, si
   }
 }
 
-void softmax_impl(float *x, size_t n) {
+// Softmax of one row in place. kFloor (attention probabilities, see kernels.h): a logit more
+// than -kAttentionLogitFloor below the row's maximum gets probability 0 exactly, and exp is
+// never evaluated below the floor, so no subnormal number is computed.
+template <bool kFloor>
+void softmax_row(float *x, size_t n) {
   using F = typename Simd::F;
   constexpr size_t kL = Simd::kLanes;
   // Max: a NaN lane is skipped here but poisons the sum below, so NaN propagates.
@@ -49,21 +53,37 @@ void softmax_impl(float *x, size_t n) {
   for (; i < n; ++i)
     if (x[i] > max_value) max_value = x[i];
   const F max_broadcast = Simd::set1(max_value);
+  const F floor = Simd::set1(kAttentionLogitFloor);
+  auto exp_of = [&](F v) __attribute__((always_inline)) {
+    const F shifted = Simd::sub(v, max_broadcast);
+    if constexpr (kFloor) {
+      // max(floor, shifted) keeps a NaN (the second operand is returned when unordered).
+      return Simd::zero_where_less(Simd::exp(Simd::max(floor, shifted)), shifted, floor);
+    } else {
+      return Simd::exp(shifted);
+    }
+  };
   F sum = Simd::zero();
   for (i = 0; i + kL <= n; i += kL) {
-    const F e = Simd::exp(Simd::sub(Simd::load_f32(x + i), max_broadcast));
+    const F e = exp_of(Simd::load_f32(x + i));
     Simd::store(x + i, e);
     sum = Simd::add(sum, e);
   }
   if (i < n) {
     // Padding lanes hold exp(0 - max); sum the stored lanes only (reloaded zero-padded).
-    const F e = Simd::exp(Simd::sub(Simd::load_f32_partial(x + i, n - i), max_broadcast));
+    const F e = exp_of(Simd::load_f32_partial(x + i, n - i));
     Simd::store_partial(x + i, e, n - i);
     sum = Simd::add(sum, Simd::load_f32_partial(x + i, n - i));
   }
   const F total = Simd::set1(Simd::hsum(sum));
   for (i = 0; i + kL <= n; i += kL) Simd::store(x + i, Simd::div(Simd::load_f32(x + i), total));
   if (i < n) Simd::store_partial(x + i, Simd::div(Simd::load_f32_partial(x + i, n - i), total), n - i);
+}
+
+void softmax_impl(float *x, size_t n) { softmax_row<false>(x, n); }
+
+void attention_softmax_impl(float *x, size_t stride, size_t heads, size_t n) {
+  for (size_t h = 0; h < heads; ++h) softmax_row<true>(x + h * stride, n);
 }
 
 void silu_mul_impl(float *out, const float *gate, const float *up, size_t n) {
@@ -97,11 +117,13 @@ void scale_add_impl(float *y, float alpha, const float *x, size_t n) {
 
 // Scores of 8 keys at a time: one accumulator vector per key along d, the 8 reduced together
 // by Simd::reduce8 (the same fixed tree for every key, whatever its place in a group).
-void attention_scores_impl(const float *q, const float *keys, size_t stride, size_t n, size_t d, float scale,
-                           float *scores) {
+// Scores of one head over positions [p_begin, n) in groups of 8, one vector accumulator per
+// position (the canonical per-position order the grouped kernel below reproduces).
+void attention_scores_one(const float *q, const float *keys, size_t stride, size_t p_begin, size_t n, size_t d,
+                          float scale, float *scores) {
   using F = typename Simd::F;
   constexpr size_t kL = Simd::kLanes;
-  for (size_t p0 = 0; p0 < n; p0 += 8) {
+  for (size_t p0 = p_begin; p0 < n; p0 += 8) {
     const size_t m = min_size(8, n - p0);
     F acc[8];
     for (int j = 0; j < 8; ++j) acc[j] = Simd::zero();
@@ -121,8 +143,58 @@ void attention_scores_impl(const float *q, const float *keys, size_t stride, siz
   }
 }
 
-// out in chunks of up to 4 vectors held in registers across all n positions.
-void attention_values_impl(const float *probs, const float *values, size_t stride, size_t n, size_t d, float *out) {
+// kM heads × (8 / kM) positions per register block: each key row is loaded once for kM
+// heads. Every (head, position) pair keeps its own accumulator, walked over d in the same
+// steps as attention_scores_one, and goes through the same reduce8 tree: the same bits.
+template <int kM>
+void attention_scores_heads(const float *q, size_t q_stride, const float *keys, size_t stride, size_t n, size_t d,
+                            float scale, float *scores, size_t scores_stride) {
+  using F = typename Simd::F;
+  constexpr size_t kL = Simd::kLanes;
+  constexpr int kP = 8 / kM;
+  size_t p0 = 0;
+  for (; p0 + kP <= n; p0 += kP) {
+    F acc[8];
+    for (int j = 0; j < 8; ++j) acc[j] = Simd::zero();
+    size_t i = 0;
+    for (; i + kL <= d; i += kL) {
+      F kv[kP];
+      for (int j = 0; j < kP; ++j) kv[j] = Simd::load_f32(keys + (p0 + j) * stride + i);
+      for (int h = 0; h < kM; ++h) {
+        F qv = Simd::load_f32(q + h * q_stride + i);
+        Simd::pin(qv);
+        for (int j = 0; j < kP; ++j) acc[h * kP + j] = Simd::madd(qv, kv[j], acc[h * kP + j]);
+      }
+    }
+    if (i < d) {
+      F kv[kP];
+      for (int j = 0; j < kP; ++j) kv[j] = Simd::load_f32_partial(keys + (p0 + j) * stride + i, d - i);
+      for (int h = 0; h < kM; ++h) {
+        const F qv = Simd::load_f32_partial(q + h * q_stride + i, d - i);
+        for (int j = 0; j < kP; ++j) acc[h * kP + j] = Simd::madd(qv, kv[j], acc[h * kP + j]);
+      }
+    }
+    float sums[8];
+    Simd::reduce8(acc, sums);
+    for (int h = 0; h < kM; ++h)
+      for (int j = 0; j < kP; ++j) scores[h * scores_stride + p0 + j] = sums[h * kP + j] * scale;
+  }
+  for (int h = 0; h < kM; ++h) attention_scores_one(q + h * q_stride, keys, stride, p0, n, d, scale, scores + h * scores_stride);
+}
+
+void attention_scores_impl(const float *q, size_t q_stride, size_t heads, const float *keys, size_t stride, size_t n,
+                           size_t d, float scale, float *scores, size_t scores_stride) {
+  size_t h = 0;
+  for (; h + 4 <= heads; h += 4)
+    attention_scores_heads<4>(q + h * q_stride, q_stride, keys, stride, n, d, scale, scores + h * scores_stride, scores_stride);
+  for (; h + 2 <= heads; h += 2)
+    attention_scores_heads<2>(q + h * q_stride, q_stride, keys, stride, n, d, scale, scores + h * scores_stride, scores_stride);
+  for (; h < heads; ++h) attention_scores_one(q + h * q_stride, keys, stride, 0, n, d, scale, scores + h * scores_stride);
+}
+
+// One head, dims [0, d) of `values` (the caller offsets values and out to start elsewhere):
+// chunks of up to 4 vectors held in registers across all n positions.
+void attention_values_one(const float *probs, const float *values, size_t stride, size_t n, size_t d, float *out) {
   using F = typename Simd::F;
   constexpr size_t kL = Simd::kLanes;
   constexpr size_t kChunk = 4 * kL;
@@ -147,6 +219,46 @@ void attention_values_impl(const float *probs, const float *values, size_t strid
     if (lanes == kL) Simd::store(out + i, acc);
     else Simd::store_partial(out + i, acc, lanes);
   }
+}
+
+// 4 heads × 2 vectors of dims per register block: each value row chunk is loaded once for
+// 4 heads. Every output element is Σ_p probs[p]·v[p][i] accumulated in ascending p from
+// zero, as in attention_values_one: the same bits.
+void attention_values_four(const float *probs, size_t probs_stride, const float *values, size_t stride, size_t n,
+                           size_t d, float *out, size_t out_stride) {
+  using F = typename Simd::F;
+  constexpr size_t kL = Simd::kLanes;
+  size_t i = 0;
+  for (; i + 2 * kL <= d; i += 2 * kL) {
+    F acc[4][2];
+    for (int h = 0; h < 4; ++h) acc[h][0] = acc[h][1] = Simd::zero();
+    for (size_t p = 0; p < n; ++p) {
+      const float *row = values + p * stride + i;
+      F v0 = Simd::load_f32(row), v1 = Simd::load_f32(row + kL);
+      Simd::pin(v0);
+      Simd::pin(v1);
+      for (int h = 0; h < 4; ++h) {
+        const F w = Simd::set1(probs[h * probs_stride + p]);
+        acc[h][0] = Simd::madd(w, v0, acc[h][0]);
+        acc[h][1] = Simd::madd(w, v1, acc[h][1]);
+      }
+    }
+    for (int h = 0; h < 4; ++h) {
+      Simd::store(out + h * out_stride + i, acc[h][0]);
+      Simd::store(out + h * out_stride + i + kL, acc[h][1]);
+    }
+  }
+  if (i < d)
+    for (int h = 0; h < 4; ++h)
+      attention_values_one(probs + h * probs_stride, values + i, stride, n, d - i, out + h * out_stride + i);
+}
+
+void attention_values_impl(const float *probs, size_t probs_stride, size_t heads, const float *values, size_t stride,
+                           size_t n, size_t d, float *out, size_t out_stride) {
+  size_t h = 0;
+  for (; h + 4 <= heads; h += 4)
+    attention_values_four(probs + h * probs_stride, probs_stride, values, stride, n, d, out + h * out_stride, out_stride);
+  for (; h < heads; ++h) attention_values_one(probs + h * probs_stride, values, stride, n, d, out + h * out_stride);
 }
 
 void f16_to_f32_impl(const uint16_t *in, float *out, size_t n) {

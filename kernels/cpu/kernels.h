@@ -47,6 +47,15 @@ inline constexpr uint32_t kQ8GroupSizeSmall = 32;
 inline constexpr uint32_t kQ8GroupSizeLarge = 64;
 inline constexpr size_t q8_block_bytes(uint32_t group_size) { return 4u + group_size; }
 
+// Attention probabilities of scores more than 69 below their row's maximum are 0 exactly
+// (attention_softmax): e^-69 ≈ 1e-30, so such a probability is below fp32 resolution next to
+// the maximum's (which is >= 1/n) for any n, and what is kept stays normal after the division
+// by the sum for n up to 2^24. Computing the tail exactly would produce subnormal numbers,
+// and x86 cores take a microcode assist of ~100+ cycles per subnormal operation: with the
+// benchmark model's wide score ranges that made long-prompt attention 1.5x slower.
+// transformers keeps those subnormals; the difference to its outputs is < n · 1e-30 · max|v|.
+inline constexpr float kAttentionLogitFloor = -69.0f;
+
 // Bytes of one row of `cols` elements. For Q8, cols must be a multiple of group_size.
 // group_size is ignored for the other dtypes.
 size_t row_bytes(DType dtype, uint32_t group_size, size_t cols);
@@ -120,14 +129,24 @@ struct KernelTable {
   void (*f32_to_f16)(const float *in, uint16_t *out, size_t n);
   void (*f32_to_bf16)(const float *in, uint16_t *out, size_t n);
 
-  // Attention over n cached positions of one head (rows `stride` floats apart, d used):
-  //   scores[p] = scale · dot(q, keys[p · stride .. + d))              attention_scores
-  //   out[i]    = Σ_p probs[p] · values[p · stride + i], p ascending   attention_values
-  // One call per (token, head) instead of 2n dot/axpy calls. Each score is a function of q
-  // and its key row only (not of n or of the other rows), so decode and prefill agree.
-  void (*attention_scores)(const float *q, const float *keys, size_t stride, size_t n, size_t d, float scale,
-                           float *scores);
-  void (*attention_values)(const float *probs, const float *values, size_t stride, size_t n, size_t d, float *out);
+  // Attention of `heads` query heads that share one KV head (grouped-query attention) over n
+  // cached positions (cache rows `stride` floats apart, d of each used). Head h's query is at
+  // q + h·q_stride, its scores or probabilities at scores/probs + h·*_stride, its output at
+  // out + h·out_stride:
+  //   scores[h][p] = scale · dot(q_h, keys[p · stride .. + d))               attention_scores
+  //   out[h][i]    = Σ_p probs[h][p] · values[p · stride + i], p ascending    attention_values
+  // The heads of a call share every key and value row load. Each score is a function of its
+  // query and key row only, each output of its head's probabilities and the value rows (not
+  // of n, of `heads` or of the other rows): decode and prefill agree, and calling once per
+  // head gives the same bits as one grouped call.
+  void (*attention_scores)(const float *q, size_t q_stride, size_t heads, const float *keys, size_t stride, size_t n,
+                           size_t d, float scale, float *scores, size_t scores_stride);
+  // Attention probabilities: softmax of `heads` rows of n scores (row h at x + h·stride) in
+  // place, as `softmax`, except that a score more than -kAttentionLogitFloor below its row's
+  // maximum gets probability 0 exactly (see kAttentionLogitFloor).
+  void (*attention_softmax)(float *x, size_t stride, size_t heads, size_t n);
+  void (*attention_values)(const float *probs, size_t probs_stride, size_t heads, const float *values, size_t stride,
+                           size_t n, size_t d, float *out, size_t out_stride);
 };
 
 // The kernels for `isa`. Asking for a level the CPU lacks gives the best supported level

@@ -231,18 +231,28 @@ void rmsnorm(float *out, const float *x, const float *weight, float eps, size_t 
   for (size_t i = 0; i < n; ++i) out[i] = (x[i] * inverse_rms) * weight[i];
 }
 
-void softmax(float *x, size_t n) {
+// kFloor: the attention rule of kernels.h (probability 0 more than -kAttentionLogitFloor
+// below the maximum).
+template <bool kFloor>
+void softmax_row(float *x, size_t n) {
   float max_value = x[0];
   for (size_t i = 1; i < n; ++i)
     if (x[i] > max_value) max_value = x[i];
   float lanes[8] = {};
   for (size_t i = 0; i < n; ++i) {
-    x[i] = std::exp(x[i] - max_value);
+    const float shifted = x[i] - max_value;
+    x[i] = kFloor && shifted < kAttentionLogitFloor ? 0.0f : std::exp(shifted);
     lanes[i % 8] += x[i];
   }
   const float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
                     ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
   for (size_t i = 0; i < n; ++i) x[i] = x[i] / sum;
+}
+
+void softmax(float *x, size_t n) { softmax_row<false>(x, n); }
+
+void attention_softmax(float *x, size_t stride, size_t heads, size_t n) {
+  for (size_t h = 0; h < heads; ++h) softmax_row<true>(x + h * stride, n);
 }
 
 void silu_mul(float *out, const float *gate, const float *up, size_t n) {
@@ -270,21 +280,28 @@ void f32_to_bf16(const float *in, uint16_t *out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = detail::f32_to_bf16_scalar(in[i]);
 }
 
-void attention_scores(const float *q, const float *keys, size_t stride, size_t n, size_t d, float scale, float *scores) {
-  for (size_t p = 0; p < n; ++p) scores[p] = dot_f32(q, keys + p * stride, d) * scale;
+void attention_scores(const float *q, size_t q_stride, size_t heads, const float *keys, size_t stride, size_t n,
+                      size_t d, float scale, float *scores, size_t scores_stride) {
+  for (size_t h = 0; h < heads; ++h)
+    for (size_t p = 0; p < n; ++p) scores[h * scores_stride + p] = dot_f32(q + h * q_stride, keys + p * stride, d) * scale;
 }
 
-void attention_values(const float *probs, const float *values, size_t stride, size_t n, size_t d, float *out) {
-  for (size_t i = 0; i < d; ++i) out[i] = 0.0f;
-  for (size_t p = 0; p < n; ++p)
-    for (size_t i = 0; i < d; ++i) out[i] = out[i] + probs[p] * values[p * stride + i];
+void attention_values(const float *probs, size_t probs_stride, size_t heads, const float *values, size_t stride,
+                      size_t n, size_t d, float *out, size_t out_stride) {
+  for (size_t h = 0; h < heads; ++h) {
+    float *o = out + h * out_stride;
+    const float *w = probs + h * probs_stride;
+    for (size_t i = 0; i < d; ++i) o[i] = 0.0f;
+    for (size_t p = 0; p < n; ++p)
+      for (size_t i = 0; i < d; ++i) o[i] = o[i] + w[p] * values[p * stride + i];
+  }
 }
 
 constexpr KernelTable kTable = {
     Isa::Scalar,   matmul_rows_impl, matmul_rows_q8_impl, gemm_rows_impl, gemm_rows_q8_impl,
     quantize_row_q8_impl, dot_f32,   rmsnorm,             softmax,        silu_mul,
     add,           scale_add,        f16_to_f32,          bf16_to_f32,    f32_to_f16,
-    f32_to_bf16,   attention_scores, attention_values,
+    f32_to_bf16,   attention_scores, attention_softmax, attention_values,
 };
 
 }  // namespace

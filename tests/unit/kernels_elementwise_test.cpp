@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kernels_test_util.h"
@@ -165,6 +166,56 @@ TEST_CASE("softmax matches the double reference and sums to one", "[kernels][ele
   }
 }
 
+TEST_CASE("attention_softmax is softmax with a probability floor and never computes subnormals", "[kernels][elementwise]") {
+  for (const NamedTable &isa : available_tables()) {
+    for (size_t n : kSizes) {
+      INFO(isa.name << " n=" << n);
+      // Rows of 3 heads, 5 floats of padding between them that must stay untouched.
+      const size_t heads = 3, stride = n + 5;
+      std::vector<float> x(heads * stride, -7.0f);
+      for (size_t h = 0; h < heads; ++h) {
+        const std::vector<float> row = random_floats(n, 40 + h, h == 0 ? 8.0f : 60.0f);
+        std::copy(row.begin(), row.end(), x.begin() + static_cast<long>(h * stride));
+      }
+      // Head 1 spans the floor: scores 0, -10, ..., -130 below the maximum at position 0.
+      for (size_t i = 0; i < n; ++i) x[stride + i] = 5.0f - 10.0f * static_cast<float>(i % 14);
+      if (n > 4) x[2 * stride + 2] = -std::numeric_limits<float>::infinity();  // a masked position
+      std::vector<float> y = x;
+      isa.table->attention_softmax(y.data(), stride, heads, n);
+      for (size_t h = 0; h < heads; ++h) {
+        std::vector<float> plain(x.begin() + static_cast<long>(h * stride), x.begin() + static_cast<long>(h * stride + n));
+        float max_value = plain[0];
+        for (float v : plain) max_value = std::max(max_value, v);
+        const std::vector<float> scores = plain;
+        isa.table->softmax(plain.data(), n);
+        double total = 0;
+        for (size_t i = 0; i < n; ++i) {
+          const float got = y[h * stride + i];
+          REQUIRE(std::fpclassify(got) != FP_SUBNORMAL);
+          total += got;
+          if (scores[i] - max_value < colibri::kernels::kAttentionLogitFloor) {
+            REQUIRE(got == 0.0f);  // below the floor: exactly 0 (softmax gives at most ~1e-30 there)
+            REQUIRE(plain[i] < 1e-29f);
+          } else {
+            REQUIRE(std::fabs(got - plain[i]) <= 1e-6f * plain[i]);
+          }
+        }
+        REQUIRE(std::fabs(total - 1.0) < 1e-5);
+        for (size_t i = n; i < stride && h * stride + i < y.size(); ++i) REQUIRE(y[h * stride + i] == -7.0f);
+      }
+      // Rows within the floor's range are exactly softmax.
+      std::vector<float> narrow = random_floats(n, 47, 8.0f), narrow_softmax = narrow;
+      isa.table->attention_softmax(narrow.data(), n, 1, n);
+      isa.table->softmax(narrow_softmax.data(), n);
+      REQUIRE(std::memcmp(narrow.data(), narrow_softmax.data(), n * sizeof(float)) == 0);
+    }
+    std::vector<float> with_nan = random_floats(37, 4);
+    with_nan[20] = std::numeric_limits<float>::quiet_NaN();
+    isa.table->attention_softmax(with_nan.data(), with_nan.size(), 1, with_nan.size());
+    for (float v : with_nan) REQUIRE(std::isnan(v));
+  }
+}
+
 TEST_CASE("silu_mul computes g / (1 + e^-g) * u, also for extreme gates", "[kernels][elementwise]") {
   for (const NamedTable &isa : available_tables()) {
     for (size_t n : kSizes) {
@@ -222,7 +273,7 @@ TEST_CASE("attention_scores and attention_values match a double reference on str
         std::vector<float> probs = random_floats(n, 13);
         // Sentinels after the outputs: the kernels must write exactly n scores and d values.
         std::vector<float> scores(n + 1, -7.0f), out(d + 1, -7.0f);
-        isa.table->attention_scores(q.data(), rows.data(), stride, n, d, 0.125f, scores.data());
+        isa.table->attention_scores(q.data(), d, 1, rows.data(), stride, n, d, 0.125f, scores.data(), n);
         for (size_t p = 0; p < n; ++p) {
           double ref = 0, mag = 0;
           for (size_t i = 0; i < d; ++i) {
@@ -232,11 +283,11 @@ TEST_CASE("attention_scores and attention_values match a double reference on str
           REQUIRE(std::fabs(scores[p] - 0.125 * ref) <= 1e-5 * 0.125 * mag + 1e-30);
           // A score depends on its own key only: the single-row call gives the same bits.
           float alone = 0;
-          isa.table->attention_scores(q.data(), rows.data() + p * stride, stride, 1, d, 0.125f, &alone);
+          isa.table->attention_scores(q.data(), d, 1, rows.data() + p * stride, stride, 1, d, 0.125f, &alone, 1);
           REQUIRE(alone == scores[p]);
         }
         REQUIRE(scores[n] == -7.0f);
-        isa.table->attention_values(probs.data(), rows.data(), stride, n, d, out.data());
+        isa.table->attention_values(probs.data(), n, 1, rows.data(), stride, n, d, out.data(), d);
         for (size_t i = 0; i < d; ++i) {
           double ref = 0, mag = 0;
           for (size_t p = 0; p < n; ++p) {
@@ -246,6 +297,38 @@ TEST_CASE("attention_scores and attention_values match a double reference on str
           REQUIRE(std::fabs(out[i] - ref) <= 1e-5 * mag + 1e-30);
         }
         REQUIRE(out[d] == -7.0f);
+      }
+    }
+  }
+}
+
+TEST_CASE("grouped attention calls give the bits of one call per head", "[kernels][elementwise]") {
+  // The query heads of a KV head share one call (GQA); every head must get exactly what a
+  // call of its own gives, whatever the group size, n or d (register blocks of 4 and 2 heads
+  // and their remainders, position blocks and their remainders, partial vectors of d).
+  for (const NamedTable &isa : available_tables()) {
+    for (size_t heads : {size_t(1), size_t(2), size_t(3), size_t(4), size_t(5), size_t(7), size_t(8)}) {
+      for (size_t d : {size_t(8), size_t(60), size_t(64), size_t(72), size_t(128)}) {
+        for (size_t n : {size_t(1), size_t(2), size_t(3), size_t(5), size_t(8), size_t(17), size_t(64)}) {
+          INFO(isa.name << " heads=" << heads << " d=" << d << " n=" << n);
+          const size_t stride = d + 40, q_stride = d + 3, s_stride = n + 5, o_stride = d + 2;
+          const std::vector<float> q = random_floats(heads * q_stride, 21), rows = random_floats(n * stride, 22);
+          const std::vector<float> probs = random_floats(heads * s_stride, 23);
+          std::vector<float> grouped(heads * s_stride, -7.0f), single(heads * s_stride, -7.0f);
+          isa.table->attention_scores(q.data(), q_stride, heads, rows.data(), stride, n, d, 0.125f, grouped.data(), s_stride);
+          for (size_t h = 0; h < heads; ++h)
+            isa.table->attention_scores(q.data() + h * q_stride, q_stride, 1, rows.data(), stride, n, d, 0.125f,
+                                        single.data() + h * s_stride, s_stride);
+          REQUIRE(std::memcmp(grouped.data(), single.data(), grouped.size() * sizeof(float)) == 0);
+          for (size_t h = 0; h < heads; ++h) REQUIRE(grouped[h * s_stride + n] == -7.0f);  // n scores, no more
+          std::vector<float> out_grouped(heads * o_stride, -7.0f), out_single(heads * o_stride, -7.0f);
+          isa.table->attention_values(probs.data(), s_stride, heads, rows.data(), stride, n, d, out_grouped.data(), o_stride);
+          for (size_t h = 0; h < heads; ++h)
+            isa.table->attention_values(probs.data() + h * s_stride, s_stride, 1, rows.data(), stride, n, d,
+                                        out_single.data() + h * o_stride, o_stride);
+          REQUIRE(std::memcmp(out_grouped.data(), out_single.data(), out_grouped.size() * sizeof(float)) == 0);
+          for (size_t h = 0; h < heads; ++h) REQUIRE(out_grouped[h * o_stride + d] == -7.0f);
+        }
       }
     }
   }
