@@ -20,6 +20,10 @@ struct ExpertTask {
   uint32_t row_begin, row_end;
 };
 
+// An expert computed with the prefill kernel (more than 8 tokens) is cut into row stripes of
+// at most this many rows per phase (see run_experts in moe.cpp).
+inline constexpr size_t kExpertPrefillStripeRows = 256;
+
 struct Session::Buffers {
   std::vector<float> x;        // [N, hidden] residual stream
   std::vector<float> xn;       // [N, hidden] normed input of a block
@@ -96,8 +100,10 @@ struct Session::Buffers {
     tokens_q8.assign(N * q8_row_bound(H), 0);
     gathered_q8.assign(N * K * q8_row_bound(std::max<size_t>(H, ffn)), 0);
     shared_gate_logit.assign(N, 0.0f);
-    // At most E experts × row blocks per phase; blocks per matrix ≤ 4·threads + 1.
-    tasks.reserve(E * (4 * threads + 2) + 8);
+    // At most E experts × row blocks per phase; blocks per matrix ≤ 4·threads + 1, or the
+    // prefill stripes of the larger of the two matrix heights.
+    const size_t stripes = (std::max<size_t>(H, ffn) + kExpertPrefillStripeRows - 1) / kExpertPrefillStripeRows;
+    tasks.reserve(E * (std::max<size_t>(4 * threads, stripes) + 2) + 8);
     logit_sources.assign(N, 0);
     scratch_lengths.assign(o.max_sequences, 0);
     scratch_last_position.assign(o.max_sequences, 0);

@@ -93,15 +93,22 @@ Error Session::run_experts(uint32_t layer, const model::LayerWeights &w, const f
     StageTimer timer(stats_, Stage::Experts);
     const size_t threads = pool_->thread_count();
     // Row blocks per expert matrix: enough tasks to balance the pool, each a stripe of rows.
+    // An expert with more than 8 tokens (the prefill kernel) is also cut into stripes of at
+    // most kExpertPrefillStripeRows rows: experts get unequal token counts, and with one task per
+    // expert a thread could be left alone with the largest expert's whole matrix at the end
+    // of the phase (the pool balances at task granularity).
     auto build_tasks = [&](size_t rows) {
       b.tasks.clear();
       size_t active = 0;
       for (size_t e = 0; e < E; ++e) active += b.expert_offset[e + 1] > b.expert_offset[e] ? 1 : 0;
-      size_t blocks = std::max<size_t>(1, (4 * threads + active - 1) / std::max<size_t>(active, 1));
-      blocks = std::min(blocks, rows);
-      size_t per = (rows + blocks - 1) / blocks;
+      const size_t base_blocks = std::max<size_t>(1, (4 * threads + active - 1) / std::max<size_t>(active, 1));
       for (size_t e = 0; e < E; ++e) {
-        if (b.expert_offset[e + 1] == b.expert_offset[e]) continue;
+        const size_t tokens = b.expert_offset[e + 1] - b.expert_offset[e];
+        if (tokens == 0) continue;
+        size_t blocks = base_blocks;
+        if (tokens > 8) blocks = std::max(blocks, (rows + kExpertPrefillStripeRows - 1) / kExpertPrefillStripeRows);
+        blocks = std::min(blocks, rows);
+        const size_t per = (rows + blocks - 1) / blocks;
         for (size_t r0 = 0; r0 < rows; r0 += per)
           b.tasks.push_back({static_cast<uint32_t>(e), static_cast<uint32_t>(r0), static_cast<uint32_t>(std::min(rows, r0 + per))});
       }
