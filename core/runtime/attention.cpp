@@ -57,9 +57,8 @@ void Session::attention(uint32_t layer, const BatchEntry *entries, size_t count)
 
   // Normalise the residual stream, then project to q, k, v for the whole batch.
   pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->rmsnorm(&b.xn[t * H], &b.x[t * H], w.attn_norm.data, eps, H); });
-  matmul(w.attn_q, 0, b.xn.data(), count, b.q.data(), Q);
-  matmul(w.attn_k, 0, b.xn.data(), count, b.k.data(), KV);
-  matmul(w.attn_v, 0, b.xn.data(), count, b.v.data(), KV);
+  const MatmulJob qkv[] = {{&w.attn_q, b.q.data(), Q}, {&w.attn_k, b.k.data(), KV}, {&w.attn_v, b.v.data(), KV}};
+  matmuls(qkv, 3, b.xn.data(), count);
 
   // Per token: biases, q/k norms, clipping, RoPE; then store k and v in the cache.
   pool_->parallel_for(count, [&](size_t t, size_t thread) {

@@ -173,8 +173,8 @@ Error Session::run_experts(uint32_t layer, const model::LayerWeights &w, const f
 void Session::dense_ffn(const model::WeightMatrix &gate, const model::WeightMatrix &up, const model::WeightMatrix &down,
                         const float *input, size_t count, float *gate_buf, float *up_buf, float *output) {
   const size_t F = gate.rows;
-  matmul(gate, 0, input, count, gate_buf, F);
-  matmul(up, 0, input, count, up_buf, F);
+  const MatmulJob gate_up[] = {{&gate, gate_buf, F}, {&up, up_buf, F}};
+  matmuls(gate_up, 2, input, count);
   pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->silu_mul(&gate_buf[t * F], &gate_buf[t * F], &up_buf[t * F], F); });
   matmul(down, 0, gate_buf, count, output, down.rows);
 }

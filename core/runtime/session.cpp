@@ -197,6 +197,31 @@ void Session::matmul(const model::WeightMatrix &w, uint64_t index, const float *
   stats_.weight_bytes_read += w.matrix_bytes;
 }
 
+void Session::matmuls(const MatmulJob *jobs, size_t job_count, const float *x, size_t count) {
+  std::vector<MatmulTask> &tasks = buffers_->matmul_tasks;
+  tasks.clear();
+  uint64_t total_bytes = 0;
+  for (size_t j = 0; j < job_count; ++j) total_bytes += jobs[j].w->matrix_bytes;
+  const size_t total_blocks = std::max<size_t>(1, pool_->thread_count() * 4);
+  for (size_t j = 0; j < job_count; ++j) {
+    const model::WeightMatrix &w = *jobs[j].w;
+    const size_t rows = w.rows;
+    const size_t share = static_cast<size_t>((total_blocks * w.matrix_bytes + total_bytes - 1) / std::max<uint64_t>(total_bytes, 1));
+    const size_t blocks = std::min<size_t>(rows, std::max<size_t>(1, share));
+    const size_t per_block = (rows + blocks - 1) / blocks;
+    for (size_t r0 = 0; r0 < rows; r0 += per_block)
+      tasks.push_back({static_cast<uint32_t>(j), static_cast<uint32_t>(r0), static_cast<uint32_t>(std::min(rows, r0 + per_block))});
+    stats_.weight_bytes_read += w.matrix_bytes;
+  }
+  auto fn = count <= 8 ? kernels_->matmul_rows : kernels_->gemm_rows;
+  pool_->parallel_for(tasks.size(), [&](size_t i, size_t) {
+    const MatmulTask task = tasks[i];
+    const MatmulJob &job = jobs[task.job];
+    const model::WeightMatrix &w = *job.w;
+    fn(w.data, w.dtype, w.group_size, w.cols, task.row_begin, task.row_end, x, count, job.y, job.y_stride);
+  });
+}
+
 void Session::lm_head(size_t rows) {
   StageTimer timer(stats_, Stage::LmHead);
   const model::ModelConfig &c = model_.config();

@@ -115,6 +115,16 @@ class Session {
                  const float *input, size_t count, float *gate_buf, float *up_buf, float *output);
   // y[t, r] = W[index] · x[t] for every row, split over the pool by row blocks.
   void matmul(const model::WeightMatrix &w, uint64_t index, const float *x, size_t count, float *y, size_t y_stride);
+  // One product of matmuls(): y[t, r] = W · x[t] for every row of W (its first matrix).
+  struct MatmulJob {
+    const model::WeightMatrix *w;
+    float *y;
+    size_t y_stride;
+  };
+  static constexpr size_t kMaxMatmulJobs = 4;  // more still work, but a call may then allocate
+  // Several matrices on the same input in one parallel call (one barrier instead of one per
+  // matrix), each split into row blocks in proportion to its size. Same results as matmul().
+  void matmuls(const MatmulJob *jobs, size_t job_count, const float *x, size_t count);
   void lm_head(size_t count);
 
   const model::Model &model_;
