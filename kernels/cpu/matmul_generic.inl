@@ -123,9 +123,12 @@ struct FloatTile {
     constexpr size_t kLineSteps = 64 / sizeof(Elem) > kL ? 64 / sizeof(Elem) / kL : 1;
     size_t k = k_begin;
     for (; k + kL * kLineSteps <= k_end; k += kL * kLineSteps) {
-      for (int r = 0; r < R; ++r)
-        prefetch_weights<Simd, P, R>(reinterpret_cast<const unsigned char *>(w[r] + k), a.w_stride);
-      for (size_t u = 0; u < kLineSteps; ++u) step(k + u * kL);
+      // The R prefetches spread over the line's steps (a burst of R could wait for fill buffers).
+      for (size_t u = 0; u < kLineSteps; ++u) {
+        for (int r = static_cast<int>(u * R / kLineSteps); r < static_cast<int>((u + 1) * R / kLineSteps); ++r)
+          prefetch_weights<Simd, P, R>(reinterpret_cast<const unsigned char *>(w[r] + k), a.w_stride);
+        step(k + u * kL);
+      }
     }
     for (; k + kL <= k_end; k += kL) step(k);
     if (k < k_end) {  // only at the end of cols: zero-padded last step
