@@ -244,10 +244,14 @@ void gemm_driver(TileArgs a, size_t rows, size_t tokens) {
     const size_t next_rows = p0 + pr < rows ? min_size(panel_rows, rows - p0 - pr) : 0;
     const char *ahead = reinterpret_cast<const char *>(a.w + (p0 + pr) * a.w_stride);
     const char *const ahead_end = ahead + next_rows * a.w_stride;
-    const size_t calls = ((tokens + TT - 1) / TT) * ((a.cols + Tile::kBlockK - 1) / Tile::kBlockK) * ((pr + R - 1) / R);
+    // Token tiles of balanced sizes (32 tokens: 6 6 5 5 5 5, not 6 6 6 6 6 2): a nearly empty
+    // last tile would run its FMAs at a fraction of the full tile's rate.
+    const size_t token_tiles = (tokens + TT - 1) / TT;
+    const size_t calls = token_tiles * ((a.cols + Tile::kBlockK - 1) / Tile::kBlockK) * ((pr + R - 1) / R);
     const size_t lines_per_call = (next_rows * a.w_stride / 64 + calls - 1) / calls;
-    for (size_t t0 = 0; t0 < tokens; t0 += TT) {
-      const size_t tc = min_size(TT, tokens - t0);
+    for (size_t tile_index = 0, t0 = 0; tile_index < token_tiles; ++tile_index) {
+      const size_t tiles_left = token_tiles - tile_index;
+      const size_t tc = (tokens - t0 + tiles_left - 1) / tiles_left;
       for (size_t k0 = 0; k0 < a.cols; k0 += Tile::kBlockK) {
         const size_t k1 = min_size(a.cols, k0 + Tile::kBlockK);
         const bool first = k0 == 0, last = k1 == a.cols;
@@ -257,6 +261,7 @@ void gemm_driver(TileArgs a, size_t rows, size_t tokens) {
           table.fn[rc - 1][tc - 1](advance(a, p0 + r, t0), k0, k1, state + tile * kTileState, first, last);
         }
       }
+      t0 += tc;
     }
   }
 }
