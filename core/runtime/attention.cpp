@@ -129,7 +129,7 @@ void Session::attention(uint32_t layer, const BatchEntry *entries, size_t count)
   });
 
   // Output projection and residual.
-  matmul(w.attn_output, 0, b.attn.data(), count, b.ffn_out.data(), H);
+  matmul(w.attn_output, b.attn.data(), count, b.ffn_out.data(), H);
   pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->add(&b.x[t * H], &b.x[t * H], &b.ffn_out[t * H], H); });
 }
 

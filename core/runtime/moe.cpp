@@ -28,7 +28,7 @@ void Session::route(const model::LayerWeights &w, const float *input, size_t cou
   const size_t E = c.expert_count, K = c.top_k;
   {
     StageTimer timer(stats_, Stage::Router);
-    matmul(w.router, 0, input, count, b.router_logits.data(), E);
+    matmul(w.router, input, count, b.router_logits.data(), E);
     pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->softmax(&b.router_logits[t * E], E); });
   }
   StageTimer timer(stats_, Stage::TopK);
@@ -176,7 +176,7 @@ void Session::dense_ffn(const model::WeightMatrix &gate, const model::WeightMatr
   const MatmulJob gate_up[] = {{&gate, gate_buf, F}, {&up, up_buf, F}};
   matmuls(gate_up, 2, input, count);
   pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->silu_mul(&gate_buf[t * F], &gate_buf[t * F], &up_buf[t * F], F); });
-  matmul(down, 0, gate_buf, count, output, down.rows);
+  matmul(down, gate_buf, count, output, down.rows);
 }
 
 Error Session::ffn(uint32_t layer, size_t count, const Route *routes, const float *input, float *output) {
@@ -205,7 +205,7 @@ Error Session::ffn(uint32_t layer, size_t count, const Route *routes, const floa
     StageTimer timer(stats_, Stage::Experts);
     float *shared = b.expert_out.data();  // free again after the merge
     dense_ffn(w.shared_gate, w.shared_up, w.shared_down, input, count, b.gate.data(), b.up.data(), shared);
-    if (w.shared_expert_gate.present()) matmul(w.shared_expert_gate, 0, input, count, b.shared_gate_logit.data(), 1);
+    if (w.shared_expert_gate.present()) matmul(w.shared_expert_gate, input, count, b.shared_gate_logit.data(), 1);
     pool_->parallel_for(count, [&](size_t t, size_t) {
       float g = w.shared_expert_gate.present() ? 1.0f / (1.0f + std::exp(-b.shared_gate_logit[t])) : 1.0f;
       kernels_->scale_add(&output[t * H], g, &shared[t * H], H);

@@ -183,18 +183,9 @@ void Session::embed(const BatchEntry *entries, size_t count) {
   stats_.weight_bytes_read += count * e.row_bytes;
 }
 
-void Session::matmul(const model::WeightMatrix &w, uint64_t index, const float *x, size_t count, float *y,
-                     size_t y_stride) {
-  const unsigned char *weights = w.matrix(index);
-  const size_t rows = w.rows;
-  const size_t blocks = std::min<size_t>(rows, std::max<size_t>(1, pool_->thread_count() * 4));
-  const size_t per_block = (rows + blocks - 1) / blocks;
-  auto fn = count <= 8 ? kernels_->matmul_rows : kernels_->gemm_rows;
-  pool_->parallel_for(blocks, [&](size_t block, size_t) {
-    size_t r0 = block * per_block, r1 = std::min(rows, r0 + per_block);
-    if (r0 < r1) fn(weights, w.dtype, w.group_size, w.cols, r0, r1, x, count, y, y_stride);
-  });
-  stats_.weight_bytes_read += w.matrix_bytes;
+void Session::matmul(const model::WeightMatrix &w, const float *x, size_t count, float *y, size_t y_stride) {
+  const MatmulJob job{&w, y, y_stride};
+  matmuls(&job, 1, x, count);
 }
 
 void Session::matmuls(const MatmulJob *jobs, size_t job_count, const float *x, size_t count) {
@@ -231,7 +222,7 @@ void Session::lm_head(size_t rows) {
   pool_->parallel_for(rows, [&](size_t r, size_t) {
     kernels_->rmsnorm(&b.xn[r * H], &b.x[b.logit_sources[r] * H], norm, static_cast<float>(c.rms_norm_eps), H);
   });
-  matmul(model_.output(), 0, b.xn.data(), rows, logits_.data(), c.vocab_size);
+  matmul(model_.output(), b.xn.data(), rows, logits_.data(), c.vocab_size);
 }
 
 Error Session::guard_non_finite(float *rows, size_t count, size_t width, const char *stage, uint32_t layer) {

@@ -113,8 +113,8 @@ class Session {
   Error run_experts(uint32_t layer, const model::LayerWeights &w, const float *input, size_t count, float *output);
   void dense_ffn(const model::WeightMatrix &gate, const model::WeightMatrix &up, const model::WeightMatrix &down,
                  const float *input, size_t count, float *gate_buf, float *up_buf, float *output);
-  // y[t, r] = W[index] · x[t] for every row, split over the pool by row blocks.
-  void matmul(const model::WeightMatrix &w, uint64_t index, const float *x, size_t count, float *y, size_t y_stride);
+  // y[t, r] = W · x[t] for every row of W (its first matrix), split over the pool by row blocks.
+  void matmul(const model::WeightMatrix &w, const float *x, size_t count, float *y, size_t y_stride);
   // One product of matmuls(): y[t, r] = W · x[t] for every row of W (its first matrix).
   struct MatmulJob {
     const model::WeightMatrix *w;
