@@ -135,6 +135,29 @@ Weights make_weights(const KernelTable &k, const Format &f, size_t rows, size_t 
   return w;
 }
 
+// Enough copies (>= 2) to span dram_bytes: visited round-robin, every call reads from DRAM.
+Weights make_dram_weights(const KernelTable &k, const Format &f, size_t rows, size_t cols, size_t dram_bytes) {
+  const size_t one_bytes = rows * colibri::kernels::row_bytes(f.dtype, f.group_size, cols);
+  return make_weights(k, f, rows, cols, std::max<size_t>(2, dram_bytes / one_bytes));
+}
+
+// `tokens` activation rows of `cols` floats, and their q8 form for q8 formats.
+struct Activations {
+  std::vector<float> x;
+  std::vector<unsigned char> xq;
+};
+
+Activations make_activations(const KernelTable &k, const Format &f, size_t cols, size_t tokens) {
+  Activations a;
+  a.x.resize(tokens * cols);
+  for (size_t i = 0; i < a.x.size(); ++i) a.x[i] = float(i % 97) * 0.001f - 0.05f;
+  const size_t xrow = colibri::kernels::row_bytes(DType::Q8, f.group_size == 0 ? 32 : f.group_size, cols);
+  a.xq.resize(xrow * tokens);
+  if (f.dtype == DType::Q8)
+    for (size_t t = 0; t < tokens; ++t) k.quantize_row_q8(a.x.data() + t * cols, cols, f.group_size, a.xq.data() + t * xrow);
+  return a;
+}
+
 // y = W x for `tokens` tokens over all rows. With one thread: one call over all rows. With
 // more: rows split into tasks of 64 over the pool. q8 uses the pre-quantised entry
 // (activations quantised once, as the forward pass does for the k experts of a token).
@@ -268,13 +291,11 @@ int main(int argc, char **argv) {
   for (const auto &shape : shapes) {
     const size_t rows = shape[0], cols = shape[1];
     for (const Format &f : kFormats) {
-      const size_t one_bytes = rows * colibri::kernels::row_bytes(f.dtype, f.group_size, cols);
-      const size_t copies = std::max<size_t>(2, dram_bytes / one_bytes);
-      const Weights w = make_weights(k, f, rows, cols, copies);
-      std::vector<float> x(cols, 0.01f), y(rows);
-      std::vector<unsigned char> xq(colibri::kernels::row_bytes(DType::Q8, 32, cols));  // >= either group size
-      if (f.dtype == DType::Q8) k.quantize_row_q8(x.data(), cols, f.group_size, xq.data());
-      const MatmulCall call{k, f, cols, rows, 1, x.data(), xq.data(), y.data(), false};
+      const Weights w = make_dram_weights(k, f, rows, cols, dram_bytes);
+      const size_t one_bytes = w.matrix_bytes, copies = w.copies;
+      const Activations act = make_activations(k, f, cols, 1);
+      std::vector<float> y(rows);
+      const MatmulCall call{k, f, cols, rows, 1, act.x.data(), act.xq.data(), y.data(), false};
       std::string cells[4];
       double cpu_gbs[2] = {0, 0};
       int cell = 0;
@@ -316,19 +337,15 @@ int main(int argc, char **argv) {
     const size_t rows = shape[0], cols = shape[1];
     for (const Format &f : kFormats) {
       const Weights w = make_weights(k, f, rows, cols, 1);
-      std::vector<float> x(tokens * cols), y(tokens * rows);
-      for (size_t i = 0; i < x.size(); ++i) x[i] = float(i % 97) * 0.001f - 0.05f;
-      const size_t xrow = colibri::kernels::row_bytes(DType::Q8, f.group_size == 0 ? 32 : f.group_size, cols);
-      std::vector<unsigned char> xq(xrow * tokens);
-      if (f.dtype == DType::Q8)
-        for (size_t t = 0; t < tokens; ++t) k.quantize_row_q8(x.data() + t * cols, cols, f.group_size, xq.data() + t * xrow);
+      const Activations act = make_activations(k, f, cols, tokens);
+      std::vector<float> y(tokens * rows);
       const double flops = 2.0 * double(rows) * double(cols) * double(tokens);
       std::string cells[3];
       double cpu_gflops[3] = {0, 0, 0};
       int cell = 0;
       for (int variant = 0; variant < 3; ++variant) {
         ThreadPool &pool = variant == 1 ? many : one;
-        const MatmulCall call{k, f, cols, rows, tokens, x.data(), xq.data(), y.data(), variant != 2};
+        const MatmulCall call{k, f, cols, rows, tokens, act.x.data(), act.xq.data(), y.data(), variant != 2};
         std::vector<double> cpu;
         const Stats s = measure(opt.runs, [&] {
           const int calls = opt.quick ? 2 : 5;
@@ -358,21 +375,14 @@ int main(int argc, char **argv) {
   for (const auto &shape : shapes) {
     const size_t rows = shape[0], cols = shape[1];
     for (const Format &f : kFormats) {
-      const size_t one_bytes = rows * colibri::kernels::row_bytes(f.dtype, f.group_size, cols);
-      const size_t copies = std::max<size_t>(2, dram_bytes / one_bytes);
-      const Weights w = make_weights(k, f, rows, cols, copies);
-      std::vector<float> x(cold_tokens * cols), y(cold_tokens * rows);
-      for (size_t i = 0; i < x.size(); ++i) x[i] = float(i % 97) * 0.001f - 0.05f;
-      const size_t xrow = colibri::kernels::row_bytes(DType::Q8, f.group_size == 0 ? 32 : f.group_size, cols);
-      std::vector<unsigned char> xq(xrow * cold_tokens);
-      if (f.dtype == DType::Q8)
-        for (size_t t = 0; t < cold_tokens; ++t)
-          k.quantize_row_q8(x.data() + t * cols, cols, f.group_size, xq.data() + t * xrow);
-      const MatmulCall call{k, f, cols, rows, cold_tokens, x.data(), xq.data(), y.data(), true};
+      const Weights w = make_dram_weights(k, f, rows, cols, dram_bytes);
+      const Activations act = make_activations(k, f, cols, cold_tokens);
+      std::vector<float> y(cold_tokens * rows);
+      const MatmulCall call{k, f, cols, rows, cold_tokens, act.x.data(), act.xq.data(), y.data(), true};
       const Stats s = measure(opt.runs, [&] {
         const Clock::time_point start = Clock::now();
-        for (size_t c = 0; c < copies; ++c) call(one, w.copy(c));
-        return 2.0 * double(rows) * double(cols) * double(cold_tokens) * double(copies) / seconds_since(start) / 1e9;
+        for (size_t c = 0; c < w.copies; ++c) call(one, w.copy(c));
+        return 2.0 * double(rows) * double(cols) * double(cold_tokens) * double(w.copies) / seconds_since(start) / 1e9;
       });
       char shape_name[48];
       std::snprintf(shape_name, sizeof(shape_name), "%zux%zu", rows, cols);
