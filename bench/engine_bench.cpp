@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -232,8 +233,8 @@ int main(int argc, char **argv) {
   std::printf("| test  | t/s median | min | max | roofline |\n|---|---|---|---|---|\n");
   decode(8);  // warm-up
   const size_t prefill_sizes[] = {128, 512};
-  runtime::SessionStats prefill_stats[2];
-  for (size_t i = 0; i < 2 && run_prefill; ++i) {
+  runtime::SessionStats prefill_stats[std::size(prefill_sizes)];
+  for (size_t i = 0; i < std::size(prefill_sizes) && run_prefill; ++i) {
     const size_t n = prefill_sizes[i];
     s->reset_stats();
     std::vector<double> r;
@@ -271,7 +272,7 @@ int main(int argc, char **argv) {
     print_profile("decode", s->stats());
     std::printf("\n");
   }
-  for (size_t i = 0; i < 2 && run_prefill; ++i) {
+  for (size_t i = 0; i < std::size(prefill_sizes) && run_prefill; ++i) {
     const std::string title = "prefill pp" + std::to_string(prefill_sizes[i]);
     print_profile(title.c_str(), prefill_stats[i]);
     std::printf("\n");

@@ -107,19 +107,17 @@ void Session::attention(uint32_t layer, const BatchEntry *entries, size_t count)
     const size_t n = e.position + 1;
     float *out = &b.attn[t * Q + h0 * D];
     if (f16_cache) {
+      // Each cached row is widened once for all the heads of the group.
       float *row = &b.kv_row[thread * 2 * D];
-      for (size_t h = 0; h < group; ++h) {
-        float *head_scores = scores + h * context, *head_out = out + h * D;
-        std::fill(head_out, head_out + D, 0.0f);
-        for (size_t p = 0; p < n; ++p) {
-          kernels_->f16_to_f32(&b.kv_cache_f16[key_at + p * KV], row, D);
-          head_scores[p] = kernels_->dot_f32(q + h * D, row, D) * scale;
-        }
-        kernels_->attention_softmax(head_scores, context, 1, n);
-        for (size_t p = 0; p < n; ++p) {
-          kernels_->f16_to_f32(&b.kv_cache_f16[value_at + p * KV], row, D);
-          kernels_->scale_add(head_out, head_scores[p], row, D);
-        }
+      for (size_t p = 0; p < n; ++p) {
+        kernels_->f16_to_f32(&b.kv_cache_f16[key_at + p * KV], row, D);
+        for (size_t h = 0; h < group; ++h) scores[h * context + p] = kernels_->dot_f32(q + h * D, row, D) * scale;
+      }
+      kernels_->attention_softmax(scores, context, group, n);
+      std::fill(out, out + group * D, 0.0f);
+      for (size_t p = 0; p < n; ++p) {
+        kernels_->f16_to_f32(&b.kv_cache_f16[value_at + p * KV], row, D);
+        for (size_t h = 0; h < group; ++h) kernels_->scale_add(out + h * D, scores[h * context + p], row, D);
       }
     } else {
       kernels_->attention_scores(q, D, group, &b.kv_cache[key_at], KV, n, D, scale, scores, context);

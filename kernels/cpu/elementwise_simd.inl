@@ -115,10 +115,9 @@ void scale_add_impl(float *y, float alpha, const float *x, size_t n) {
     Simd::store_partial(y + i, Simd::madd(a, Simd::load_f32_partial(x + i, n - i), Simd::load_f32_partial(y + i, n - i)), n - i);
 }
 
-// Scores of 8 keys at a time: one accumulator vector per key along d, the 8 reduced together
-// by Simd::reduce8 (the same fixed tree for every key, whatever its place in a group).
-// Scores of one head over positions [p_begin, n) in groups of 8, one vector accumulator per
-// position (the canonical per-position order the grouped kernel below reproduces).
+// Scores of one head over positions [p_begin, n), 8 keys at a time: one accumulator vector
+// per key along d, the 8 reduced together by Simd::reduce8 (the same fixed tree for every key,
+// whatever its place in a group). The grouped kernel below reproduces this order.
 void attention_scores_one(const float *q, const float *keys, size_t stride, size_t p_begin, size_t n, size_t d,
                           float scale, float *scores) {
   using F = typename Simd::F;

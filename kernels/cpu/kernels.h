@@ -52,7 +52,7 @@ inline constexpr size_t q8_block_bytes(uint32_t group_size) { return 4u + group_
 // the maximum's (which is >= 1/n) for any n, and what is kept stays normal after the division
 // by the sum for n up to 2^24. Computing the tail exactly would produce subnormal numbers,
 // and x86 cores take a microcode assist of ~100+ cycles per subnormal operation: with the
-// benchmark model's wide score ranges that made long-prompt attention 1.5x slower.
+// benchmark model's wide score ranges that made long-prompt attention 1.3–1.5x slower.
 // transformers keeps those subnormals; the difference to its outputs is < n · 1e-30 · max|v|.
 inline constexpr float kAttentionLogitFloor = -69.0f;
 
