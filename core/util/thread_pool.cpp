@@ -18,12 +18,12 @@
 // run while the caller writes job G+1. It reads the job fields under a seqlock (job_stamp_
 // must equal G before and after the reads) and leaves if they are not G's. With G's fields
 // it computes G's range ends, and G's cursors are then either drained or retagged G+1, so
-// it claims nothing. A claim that succeeds proves G is
-// still running (an unclaimed task keeps remaining_ above 0), so running G's function and
-// decrementing remaining_ are both right. (A first version computed the range ends from
-// fields it had not validated: with the next job's larger task count it "claimed" past the
-// end of a drained G range, then decremented the next job's remaining_ — a hang, caught by
-// engine_bench and pinned by "a late worker never runs or counts a task of another job".)
+// it claims nothing. A claim that succeeds proves G is still running (an unclaimed task
+// keeps remaining_ above 0), so running G's function and decrementing remaining_ are both
+// right. (A first version computed the range ends from fields it had not validated: with
+// the next job's larger task count it "claimed" past the end of a drained G range, then
+// decremented the next job's remaining_ — a hang, caught by engine_bench and pinned by "a
+// late worker never runs or counts a task of another job".)
 #include "core/util/thread_pool.h"
 
 #include <pthread.h>
