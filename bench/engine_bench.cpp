@@ -2,6 +2,7 @@
 // measured in the same run (ARCHITECTURE.md §9). Prints figures; asserts nothing.
 //
 //   engine_bench --model IMAGE [--threads 2] [--reps 3] [--isa avx512|avx2|scalar] [--decode-only | --prefill-only]
+//                [--load-into-memory]   (weights copied into huge-page memory, not served from the mapping)
 //   engine_bench --make DIR --dtype f16|q8      (writes the benchmark-shape checkpoint with
 //                the seeded synthetic writer, converts it with colibri-model, then runs)
 //
@@ -112,7 +113,7 @@ int main(int argc, char **argv) {
   size_t threads = 2;
   int reps = 3;
   kernels::Isa isa = kernels::Isa::Avx512;
-  bool run_prefill = true, run_decode = true;
+  bool run_prefill = true, run_decode = true, load_into_memory = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -129,6 +130,7 @@ int main(int argc, char **argv) {
     else if (a == "--reps") reps = std::max(3, std::atoi(value().c_str()));
     else if (a == "--decode-only") run_prefill = false;
     else if (a == "--prefill-only") run_decode = false;
+    else if (a == "--load-into-memory") load_into_memory = true;
     else if (a == "--isa") {
       const std::string v = value();
       if (!kernels::parse_isa(v.c_str(), &isa)) {
@@ -137,7 +139,7 @@ int main(int argc, char **argv) {
       }
     } else {
       std::fprintf(stderr, "usage: engine_bench (--model IMAGE | --make DIR [--dtype f16|q8]) [--threads N] [--reps N] "
-                           "[--isa avx512|avx2|scalar] [--decode-only | --prefill-only]\n");
+                           "[--isa avx512|avx2|scalar] [--decode-only | --prefill-only] [--load-into-memory]\n");
       return 2;
     }
   }
@@ -150,6 +152,7 @@ int main(int argc, char **argv) {
   Error err;
   model::LoadOptions lo;
   lo.image.populate = true;
+  lo.load_into_memory = load_into_memory;
   auto m = model::Model::load(model_path, lo, &err);
   if (!m) {
     std::fprintf(stderr, "engine_bench: %s\n", err.message.c_str());
@@ -179,10 +182,11 @@ int main(int argc, char **argv) {
     const double tokens = static_cast<double>(n);
     return tokens * body_flops + tokens * attention_flops_per_position * (tokens + 1) / 2 + head_flops;
   };
-  std::printf("model %s: %s, %llu layers, hidden %llu, %llu experts × %llu (top-%llu), vocab %llu, %s\n", model_path.c_str(),
-              c.family.c_str(), (unsigned long long)c.layer_count, (unsigned long long)c.hidden_size,
+  std::printf("model %s: %s, %llu layers, hidden %llu, %llu experts × %llu (top-%llu), vocab %llu, %s; weights %s\n",
+              model_path.c_str(), c.family.c_str(), (unsigned long long)c.layer_count, (unsigned long long)c.hidden_size,
               (unsigned long long)c.expert_count, (unsigned long long)c.expert_ffn_size, (unsigned long long)c.top_k,
-              (unsigned long long)c.vocab_size, kernels::isa_name(s->isa()));
+              (unsigned long long)c.vocab_size, kernels::isa_name(s->isa()),
+              m->image().loaded_into_memory() ? "loaded into memory" : "in the file mapping");
   std::printf("active weight bytes per token: %.1f MB; matmul GFLOP per token: %.3f in the layers + %.3f in the LM head "
               "(a prefill runs the LM head for its last position only); threads %zu\n",
               active_bytes / 1e6, body_flops / 1e9, head_flops / 1e9, s->thread_count());

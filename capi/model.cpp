@@ -1,6 +1,7 @@
 // capi/model.cpp — colibri_model_*: open an image with options, close (reference-counted:
 // sessions keep the model alive), the info struct, EOS ids, metadata and the tensor listing.
 #include <chrono>
+#include <cstddef>
 
 #include "capi/internal.h"
 #include "util/strings.h"
@@ -11,7 +12,8 @@ using capi::ModelState;
 namespace {
 
 // ABI-1 sizes: the smallest struct a caller can pass (struct_size checks).
-constexpr size_t kModelOptionsAbi1 = sizeof(colibri_model_options);
+// colibri_model_options grew load_into_memory after its first layout.
+constexpr size_t kModelOptionsAbi1 = offsetof(colibri_model_options, load_into_memory);
 constexpr size_t kModelInfoAbi1 = sizeof(colibri_model_info);
 constexpr size_t kTensorInfoAbi1 = sizeof(colibri_tensor_info);
 
@@ -28,6 +30,7 @@ colibri_model_options default_model_options() {
   o.numa_policy = COLIBRI_NUMA_DEFAULT;
   o.numa_node = 0;
   o.warm_up = 0;
+  o.load_into_memory = 0;
   return o;
 }
 
@@ -51,6 +54,7 @@ int32_t check_model_options(const colibri_model_options &o) {
                       "colibri_model_options.numa_policy " + std::to_string(o.numa_policy) + " is not a COLIBRI_NUMA_* value (0..3)");
   COLIBRI_REQUIRE_ARG(o.numa_node <= 4095, "colibri_model_options.numa_node " + std::to_string(o.numa_node) + " is out of range");
   if (int32_t s = flag(o.warm_up, "warm_up")) return s;
+  if (int32_t s = flag(o.load_into_memory, "load_into_memory")) return s;
   return COLIBRI_OK;
 }
 
@@ -122,6 +126,7 @@ COLIBRI_API int32_t colibri_model_open(const char *path, const colibri_model_opt
     lo.image.verify_checksums = false;  // below, with the caller's thread count
     lo.numa = capi::numa_policy(o.numa_policy, o.numa_node);
     lo.warm_up = o.warm_up != 0;
+    lo.load_into_memory = o.load_into_memory != 0;
     Error error;
     auto state = std::make_shared<ModelState>();
     state->path = path;

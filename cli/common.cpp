@@ -112,6 +112,8 @@ void add_model_flags(cxxopts::Options &options, FlagSet set) {
        cxxopts::value<std::string>()->default_value("off"), "POLICY")
       ("mlock", "lock the whole image in memory (fails if RLIMIT_MEMLOCK is too small: see ulimit -l)")
       ("populate", "fault every weight page in at open (MAP_POPULATE)")
+      ("load-into-memory", "copy the image into huge-page memory at open instead of serving the weights from the file "
+                           "mapping: a few percent faster decode, costs a read of the file and its size in private memory")
       ("verify", "check every tensor's checksum at open (reads the whole file)");
 }
 
@@ -136,6 +138,7 @@ ModelFlags read_model_flags(const cxxopts::ParseResult &result, FlagSet set) {
   }
   flags.lock_memory = result.count("mlock") > 0;
   flags.populate = result.count("populate") > 0;
+  flags.load_into_memory = result.count("load-into-memory") > 0;
   flags.verify = result.count("verify") > 0;
   return flags;
 }
@@ -189,6 +192,7 @@ ModelPtr open_model(const ModelFlags &flags) {
   options.numa_node = flags.numa_node;
   options.lock_memory = flags.lock_memory ? 1 : 0;
   options.populate = flags.populate ? 1 : 0;
+  options.load_into_memory = flags.load_into_memory ? 1 : 0;
   options.verify_checksums = flags.verify ? 1 : 0;
   colibri_model *model = nullptr;
   int32_t status = colibri_model_open(path.c_str(), &options, &model);

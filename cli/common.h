@@ -60,11 +60,12 @@ struct ModelFlags {
   uint32_t numa_node = 0;
   bool lock_memory = false;
   bool populate = false;
+  bool load_into_memory = false;
   bool verify = false;
 };
 
 enum class FlagSet { ImageOnly, Full, FullWithoutThreads };
-// Adds -m and (Full) --threads, --numa, --mlock, --populate, --verify to `options`.
+// Adds -m and (Full) --threads, --numa, --mlock, --populate, --load-into-memory, --verify to `options`.
 void add_model_flags(cxxopts::Options &options, FlagSet set);
 ModelFlags read_model_flags(const cxxopts::ParseResult &result, FlagSet set);
 // Parses a --threads value (1..1024, the library's range).

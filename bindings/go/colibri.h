@@ -265,6 +265,16 @@ typedef struct colibri_model_options {
   uint32_t warm_up;           /* 1: read every weight page once at open (page cache and TLB
                                  warm; with a NUMA policy, this is how pages get placed).
                                  Default 0 */
+  uint32_t load_into_memory;  /* 1: copy the image into private anonymous memory advised for
+                                 transparent huge pages and serve the weights from there
+                                 instead of the file mapping. Decode streams the weights with
+                                 fewer TLB misses (a few percent faster on the reference
+                                 machine, docs/performance.md); costs one read of the file at
+                                 open and the image's size in memory that is not shared with
+                                 other processes. populate, advice and warm_up then do
+                                 nothing; lock_memory and numa_policy apply to the copy.
+                                 Default 0 (an appended field: a struct_size without it is
+                                 still accepted and means 0) */
 } colibri_model_options;
 
 /* Fills *options with the defaults for a struct of struct_size bytes (pass sizeof *options).

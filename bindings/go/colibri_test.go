@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -236,6 +237,32 @@ func TestOracleGreedyPrefillDecode(t *testing.T) {
 	stats, err := s.Stats()
 	if err != nil || stats.ForwardCalls == 0 || len(stats.Stages) == 0 || stats.Stages[0].Name != "embedding" {
 		t.Fatalf("stats: %+v %v", stats, err)
+	}
+}
+
+// A model loaded into memory gives the mapped model's logits bit for bit.
+func TestLoadIntoMemory(t *testing.T) {
+	mapped := openModel(t)
+	loaded, err := Open(fixture.image, WithLibrary(fixture.lib), WithThreads(1), WithLoadIntoMemory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loaded.Close()
+	a, b := newSession(t, mapped), newSession(t, loaded)
+	for _, s := range []*Session{a, b} {
+		if err := s.Prefill(0, fixture.oracle.InputIDs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	la, errA := a.Logits(0)
+	lb, errB := b.Logits(0)
+	if errA != nil || errB != nil || len(la) == 0 || len(la) != len(lb) {
+		t.Fatalf("logits: %d %v, %d %v", len(la), errA, len(lb), errB)
+	}
+	for i := range la {
+		if math.Float32bits(la[i]) != math.Float32bits(lb[i]) {
+			t.Fatalf("logit %d: mapped %v, loaded %v", i, la[i], lb[i])
+		}
 	}
 }
 

@@ -53,6 +53,13 @@ func WithLockMemory() Option {
 // WithWarmUp reads every weight page once at open.
 func WithWarmUp() Option { return withField(func(o *C.colibri_model_options) { o.warm_up = 1 }) }
 
+// WithLoadIntoMemory copies the image into private huge-page memory at open and serves the
+// weights from that copy instead of the file mapping: a few percent faster decode, for a read
+// of the whole file at open and the image's size in memory no other process shares.
+func WithLoadIntoMemory() Option {
+	return withField(func(o *C.colibri_model_options) { o.load_into_memory = 1 })
+}
+
 // Advice is a COLIBRI_ADVICE_* madvise hint for the mapped image.
 type Advice uint32
 

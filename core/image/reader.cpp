@@ -38,8 +38,8 @@ std::string TensorInfo::shape_string() const {
 
 Image::~Image() {
   if (mapped_ && base_) {
-    if (locked_) ::munlock(base_, size_);
-    ::munmap(const_cast<unsigned char *>(base_), size_);
+    if (locked_) ::munlock(base_, mapping_size_);
+    ::munmap(const_cast<unsigned char *>(base_), mapping_size_);
   }
 }
 
@@ -110,6 +110,7 @@ std::unique_ptr<Image> Image::open(const std::string &path, const OpenOptions &o
   std::unique_ptr<Image> image(new Image());
   image->base_ = static_cast<const unsigned char *>(map);
   image->size_ = size;
+  image->mapping_size_ = size;
   image->mapped_ = true;
   image->label_ = path;
   if (Error e = image->validate()) {
@@ -141,6 +142,63 @@ std::unique_ptr<Image> Image::open(const std::string &path, const OpenOptions &o
     }
   }
   return image;
+}
+
+Error Image::load_into_memory(const std::function<Error(unsigned char *, uint64_t)> &before_fill, bool lock) {
+  if (!mapped_ || loaded_) return make_error(ErrorKind::InvalidArgument, "load_into_memory: the image is not a file mapping");
+  // Whole 2 MiB pages: transparent huge pages need 2 MiB-aligned 2 MiB extents; the kernel
+  // places a large anonymous mapping 2 MiB-aligned when THP is enabled.
+  constexpr uint64_t kHugePage = uint64_t{2} << 20;
+  const uint64_t bytes = (size_ + kHugePage - 1) / kHugePage * kHugePage;
+  void *memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) {
+    int e = errno;
+    return make_error(ErrorKind::Io, strprintf("cannot allocate %s to load '%s' into memory: %s; open it mapped "
+                                               "instead (without load-into-memory) or free memory",
+                                               util::human_bytes(bytes).c_str(), label_.c_str(), util::errno_text(e).c_str()));
+  }
+  auto *copy = static_cast<unsigned char *>(memory);
+  auto release = [&] { ::munmap(memory, bytes); };
+#ifdef MADV_HUGEPAGE
+  ::madvise(memory, bytes, MADV_HUGEPAGE);  // advisory: without THP the copy has 4 KiB pages
+#endif
+  if (before_fill) {
+    if (Error e = before_fill(copy, bytes)) {
+      release();
+      return e;
+    }
+  }
+  // Copy the mapping front to back (sequential advice: the kernel reads ahead far) in 64 MiB
+  // chunks, unmapping each chunk's source pages once copied, so that the process does not
+  // hold the file's pages and the copy at the same time (its peak RSS would be twice the image).
+  auto *source = const_cast<unsigned char *>(base_);
+  ::madvise(source, size_, MADV_SEQUENTIAL);
+  constexpr uint64_t kChunk = uint64_t{64} << 20;
+  for (uint64_t off = 0; off < size_; off += kChunk) {
+    const uint64_t n = std::min(kChunk, size_ - off);
+    std::memcpy(copy + off, source + off, n);
+    if (!locked_) ::madvise(source + off, n, MADV_DONTNEED);  // read-only file pages: the page cache keeps them
+  }
+  if (::mprotect(memory, bytes, PROT_READ) != 0) {  // a stray write into weights now faults
+    int e = errno;
+    release();
+    return make_error(ErrorKind::Io, strprintf("cannot make the loaded copy of '%s' read-only: %s", label_.c_str(),
+                                               util::errno_text(e).c_str()));
+  }
+  if (lock && ::mlock(memory, bytes) != 0) {
+    int e = errno;
+    release();
+    return make_error(ErrorKind::Io, strprintf("cannot mlock the loaded copy of '%s' (%s): %s; raise the memlock limit "
+                                               "(ulimit -l) or load without locking",
+                                               label_.c_str(), util::human_bytes(bytes).c_str(), util::errno_text(e).c_str()));
+  }
+  if (locked_) ::munlock(base_, mapping_size_);
+  ::munmap(const_cast<unsigned char *>(base_), mapping_size_);
+  base_ = copy;
+  mapping_size_ = bytes;
+  locked_ = lock;
+  loaded_ = true;
+  return {};
 }
 
 std::unique_ptr<Image> Image::from_memory(const unsigned char *bytes, uint64_t size, const std::string &label,

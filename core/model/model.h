@@ -66,6 +66,11 @@ struct LoadOptions {
   image::OpenOptions image;      // populate / advice / mlock / verify-on-open
   util::NumaPolicy numa;         // placement of the weight pages (applied before they are touched)
   bool warm_up = false;          // read every weight page once at load (page cache + TLB warm)
+  // Copy the image into anonymous memory with transparent huge pages instead of serving the
+  // weights from the file mapping (llama.cpp's --no-mmap): decode streams them with fewer TLB
+  // misses, at the cost of one read of the file and its size in private memory. populate,
+  // advice and warm_up then do nothing; mlock and the NUMA policy apply to the copy.
+  bool load_into_memory = false;
 };
 
 class Model {

@@ -7,6 +7,7 @@
  * Usage: test_capi IMAGE   (IMAGE: tests/fixtures/oracle/mixtral_gqa converted by colibri-model)
  * The oracle's ids and the logits file come from compile definitions (tests/capi/CMakeLists.txt). */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -852,6 +853,53 @@ static void test_logging(void) {
   CHECK(capture.count == 0);
 }
 
+/* load_into_memory: the copy gives the mapped model's logits bit for bit (and so the oracle's);
+ * a value other than 0/1 is refused; a caller struct from before the field existed (its
+ * struct_size ends before it) is accepted and means "mapped". */
+static void test_load_into_memory(colibri_model *mapped) {
+  colibri_model_options o;
+  colibri_model *loaded = NULL;
+  colibri_session *a, *b;
+  const float *la = NULL, *lb = NULL;
+  uint32_t want[INPUT_COUNT];
+  size_t vocab = 0, rows = 0, i;
+  char message[512];
+
+  CHECK_OK(colibri_model_options_init(&o, sizeof o));
+  CHECK(o.load_into_memory == 0);
+  o.load_into_memory = 2;
+  CHECK_STATUS(colibri_model_open(g_image_path, &o, &loaded), COLIBRI_ERROR_INVALID_ARGUMENT);
+  colibri_last_error(message, sizeof message, NULL);
+  CHECK(strstr(message, "load_into_memory") != NULL);
+  o.load_into_memory = 0;
+  o.struct_size = (uint32_t)offsetof(colibri_model_options, load_into_memory);
+  CHECK_OK(colibri_model_open(g_image_path, &o, &loaded));
+  colibri_model_close(loaded);
+  loaded = NULL;
+
+  CHECK_OK(colibri_model_options_init(&o, sizeof o));
+  o.load_into_memory = 1;
+  o.populate = 1;
+  CHECK_OK(colibri_model_open(g_image_path, &o, &loaded));
+  if (!loaded) return;
+  test_oracle_logits_and_greedy(loaded);
+  a = make_session(mapped, 1);
+  b = make_session(loaded, 1);
+  for (i = 0; i < INPUT_COUNT; ++i) want[i] = 1;
+  CHECK_OK(colibri_session_batch(a, NULL, NULL, kInputIds, want, INPUT_COUNT));
+  CHECK_OK(colibri_session_batch(b, NULL, NULL, kInputIds, want, INPUT_COUNT));
+  CHECK_OK(colibri_session_logits(b, 0, &lb, &vocab, &rows));
+  CHECK(rows == INPUT_COUNT);
+  for (i = 0; i < rows; ++i) {
+    CHECK_OK(colibri_session_logits(a, i, &la, NULL, NULL));
+    CHECK_OK(colibri_session_logits(b, i, &lb, NULL, NULL));
+    CHECK(la && lb && memcmp(la, lb, vocab * sizeof(float)) == 0);
+  }
+  colibri_session_free(a);
+  colibri_session_free(b);
+  colibri_model_close(loaded);
+}
+
 int main(int argc, char **argv) {
   colibri_model *model;
   const char *tmpdir;
@@ -875,6 +923,7 @@ int main(int argc, char **argv) {
   test_seeded_generation(model);
   test_moe_layer(model);
   test_kv_f16(model);
+  test_load_into_memory(model);
   colibri_model_close(model);
   test_non_finite_policy();
   test_logging();

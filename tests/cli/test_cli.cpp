@@ -199,7 +199,7 @@ TEST_CASE("--help is complete for every subcommand and exits 0", "[cli][usage]")
   const std::vector<std::pair<std::string, std::vector<std::string>>> expected = {
       {"run", {"--model", "--prompt", "--file", "--chat", "--max-tokens", "--temp", "--top-k", "--top-p", "--min-p",
                "--repeat-penalty", "--presence-penalty", "--frequency-penalty", "--seed", "--stop", "--threads", "--ctx",
-               "--kv-f16", "--numa", "--mlock", "--populate", "--verify", "--raw"}},
+               "--kv-f16", "--numa", "--mlock", "--populate", "--load-into-memory", "--verify", "--raw"}},
       {"bench", {"--model", "--n-prompt", "--n-gen", "--threads", "--repetitions", "--json", "--profile"}},
       {"perplexity", {"--model", "--file", "--window", "--stride"}},
       {"logits", {"--model", "--tokens", "--all-positions", "--output"}},
@@ -315,6 +315,11 @@ TEST_CASE("greedy decoding reproduces the oracle's greedy tokens", "[cli][oracle
   REQUIRE(run.exit_code == 0);
   CHECK(run.out == expected.out);
   CHECK_THAT(run.err, Contains("generated " + std::to_string(greedy.size()) + " tokens") && Contains("finish: length"));
+  // The same from a copy of the image in memory.
+  Run loaded = colibri("run -m " + image + " -p " + quote(prompt) + " -n " + std::to_string(greedy.size()) +
+                       " --temp 0 --ignore-eos --raw --load-into-memory");
+  REQUIRE(loaded.exit_code == 0);
+  CHECK(loaded.out == expected.out);
 }
 
 TEST_CASE("tokenize and detokenize round-trip text", "[cli][tokenizer]") {

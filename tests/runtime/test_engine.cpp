@@ -251,3 +251,46 @@ TEST_CASE("NUMA policies parse, and apply harmlessly on a single node", "[engine
   CHECK_FALSE(model::Model::load(path, lo, &err));
   CHECK_THAT(err.message, Catch::Contains("bind:999"));
 }
+
+TEST_CASE("a model loaded into memory runs from a read-only copy and gives the mapped model's bits", "[engine][load]") {
+  for (const std::string dtype : {"f32", "q8"}) {
+    const std::string path = testing::convert_fixture("mixtral_gqa", dtype);
+    REQUIRE(!path.empty());
+    Error err;
+    auto mapped = model::Model::load(path, {}, &err);
+    REQUIRE(mapped);
+    model::LoadOptions lo;
+    lo.load_into_memory = true;
+    lo.image.populate = true;  // does nothing with a copy, but must not hurt
+    auto loaded = model::Model::load(path, lo, &err);
+    INFO(dtype << ": " << err.message);
+    REQUIRE(loaded);
+    CHECK_FALSE(mapped->image().loaded_into_memory());
+    CHECK(loaded->image().loaded_into_memory());
+    const image::Image &a = mapped->image(), &b = loaded->image();
+    REQUIRE(a.file_size() == b.file_size());
+    CHECK(a.bytes() != b.bytes());
+    CHECK(std::memcmp(a.bytes(), b.bytes(), a.file_size()) == 0);
+    // The weights bound by the model point into the copy.
+    const unsigned char *embd = loaded->token_embedding().data;
+    CHECK((embd >= b.bytes() && embd < b.bytes() + b.file_size()));
+    CHECK(loaded->image().verify_all(1).ok());
+
+    auto oc = testing::load_oracle("mixtral_gqa");
+    const size_t V = mapped->config().vocab_size, n = oc.input_ids.size();
+    std::vector<runtime::BatchEntry> batch;
+    for (size_t i = 0; i < n; ++i) batch.push_back({0, static_cast<uint32_t>(i), oc.input_ids[i], 1});
+    auto s1 = make_session(*mapped), s2 = make_session(*loaded);
+    REQUIRE(s1->forward(batch.data(), n).ok());
+    REQUIRE(s2->forward(batch.data(), n).ok());
+    for (size_t i = 0; i < n; ++i) CHECK(std::memcmp(s1->logits(i), s2->logits(i), V * sizeof(float)) == 0);
+
+    // Under a NUMA policy the copy is placed before it is filled (harmless on one node).
+    lo.numa.mode = util::NumaPolicy::Mode::Interleave;
+    auto numa = model::Model::load(path, lo, &err);
+    REQUIRE(numa);
+    CHECK(numa->image().loaded_into_memory());
+    CHECK(!numa->numa_report().empty());
+    CHECK(numa->numa_report() != "off");
+  }
+}

@@ -516,6 +516,10 @@ pub struct ModelOptions {
     pub numa: Option<Numa>,
     /// Read every weight page once at open.
     pub warm_up: bool,
+    /// Copy the image into private huge-page memory at open and serve the weights from that
+    /// copy, not the file mapping: a few percent faster decode, for a read of the whole file
+    /// and the image's size in memory no other process shares.
+    pub load_into_memory: bool,
 }
 
 struct ModelInner {
@@ -700,6 +704,7 @@ impl Model {
                 (o.numa_policy, o.numa_node) = n.raw();
             }
             o.warm_up = options.warm_up as u32;
+            o.load_into_memory = options.load_into_memory as u32;
             let mut raw = ptr::null_mut();
             lib.check((f.model_open)(cpath.as_ptr(), &o, &mut raw))?;
             let raw = NonNull::new(raw).ok_or_else(|| Error::new(Status::INTERNAL, "model_open returned NULL"))?;

@@ -209,6 +209,20 @@ fn oracle_greedy_prefill_decode() {
 }
 
 #[test]
+fn load_into_memory_gives_the_mapped_bits() {
+    let Some(fx) = fixture() else { return };
+    let mapped = open(fx);
+    let options = ModelOptions { threads: Some(1), load_into_memory: true, ..Default::default() };
+    let loaded = Model::open_with(&fx.lib, &fx.image, &options).expect("open loaded");
+    let (mut a, mut b) = (session(&mapped), session(&loaded));
+    a.prefill(0, &fx.input_ids).unwrap();
+    b.prefill(0, &fx.input_ids).unwrap();
+    let (la, lb) = (a.logits(0).unwrap().to_vec(), b.logits(0).unwrap());
+    assert_eq!(la.len(), lb.len());
+    assert!(la.iter().zip(lb).all(|(x, y)| x.to_bits() == y.to_bits()), "loaded logits differ from mapped");
+}
+
+#[test]
 fn generate_and_stream_greedy() {
     let Some(fx) = fixture() else { return };
     let model = open(fx);

@@ -117,12 +117,13 @@ pub struct colibri_model_options {
     pub numa_policy: u32,
     pub numa_node: u32,
     pub warm_up: u32,
+    pub load_into_memory: u32,
 }
 #[test]
 fn bindgen_test_layout_colibri_model_options() {
     assert_eq!(
         ::core::mem::size_of::<colibri_model_options>(),
-        44usize,
+        48usize,
         concat!("Size of: ", stringify!(colibri_model_options))
     );
     assert_eq!(
@@ -317,6 +318,23 @@ fn bindgen_test_layout_colibri_model_options() {
         );
     }
     test_field_warm_up();
+    fn test_field_load_into_memory() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).load_into_memory) as usize - ptr as usize
+            },
+            44usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_options),
+                "::",
+                stringify!(load_into_memory)
+            )
+        );
+    }
+    test_field_load_into_memory();
 }
 extern "C" {
     pub fn colibri_model_options_init(
