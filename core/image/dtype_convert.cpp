@@ -85,7 +85,7 @@ void dequantize_row_q8(const void *src, size_t cols, uint32_t group_size, float 
     float scale;
     std::memcpy(&scale, in, 4);
     const int8_t *q = reinterpret_cast<const int8_t *>(in + 4);
-    for (uint32_t i = 0; i < group_size; ++i) dst[g * group_size + i] = scale * static_cast<float>(q[i]);
+    for (uint32_t i = 0; i < group_size; ++i) dst[g * group_size + i] = scale * static_cast<float>(q8_value(q[i]));
     in += q8_block_bytes(group_size);
   }
 }

@@ -55,12 +55,15 @@ inline constexpr uint32_t kDTypeCount = 4;
 // Q8 block layout: a tensor of shape [..., cols] is stored row after row; each row is
 // cols / group_size blocks, each block is { float scale; int8_t q[group_size]; } with no
 // padding (so 36 bytes for group 32, 68 bytes for group 64). Value i of a block is
-// scale * q[i]. The quantiser uses scale = max|x| / 127 and q = round-half-away(x / scale),
-// so the rounding error of every element is at most scale / 2.
+// scale * q8_value(q[i]). The quantiser uses scale = max|x| / 127 and q =
+// round-half-away(x / scale) clamped to [-127, 127], so the rounding error of every element
+// is at most scale / 2; a stored -128 (never written) reads as -127 everywhere.
 inline constexpr uint32_t kQ8GroupSizes[2] = {32, 64};
 inline constexpr uint32_t kQ8DefaultGroupSize = 32;
 
 inline constexpr uint64_t q8_block_bytes(uint32_t group_size) { return 4u + group_size; }
+inline constexpr int kQ8MinValue = -127;
+inline constexpr int32_t q8_value(int8_t q) { return q < kQ8MinValue ? kQ8MinValue : q; }
 
 struct FileHeader {
   unsigned char magic[8];       // "COLIBRI\0"

@@ -40,12 +40,17 @@ enum class Isa : uint32_t { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 enum class DType : uint32_t { F32 = 0, F16 = 1, BF16 = 2, Q8 = 3 };
 
 // Q8 layout (same as the image format): a row of `cols` values is cols / group_size blocks,
-// each { float scale; int8_t q[group_size]; } with no padding. Value i = scale * q[i].
-// group_size is 32 or 64; cols must be a multiple of it. Activations quantised for a q8
-// matmul use the same layout and the same group size as the weights.
+// each { float scale; int8_t q[group_size]; } with no padding. Value i = scale *
+// q8_value(q[i]): q lies in [-127, 127], and a stored -128 (which no quantiser writes) reads
+// as -127 (docs/format.md), so that the SIMD dot products can put either operand on the
+// unsigned side of an int8 multiply. group_size is 32 or 64; cols must be a multiple of it.
+// Activations quantised for a q8 matmul use the same layout and the same group size as the
+// weights.
 inline constexpr uint32_t kQ8GroupSizeSmall = 32;
 inline constexpr uint32_t kQ8GroupSizeLarge = 64;
+inline constexpr int kQ8MinValue = -127;
 inline constexpr size_t q8_block_bytes(uint32_t group_size) { return 4u + group_size; }
+inline constexpr int32_t q8_value(int8_t q) { return q < kQ8MinValue ? kQ8MinValue : q; }
 
 // Attention probabilities of scores more than 69 below their row's maximum are 0 exactly
 // (attention_softmax): e^-69 ≈ 1e-30, so such a probability is below fp32 resolution next to

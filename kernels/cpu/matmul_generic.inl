@@ -334,7 +334,7 @@ void q8_rows_beyond_stack(const void *weights, uint32_t group_size, size_t cols,
           std::memcpy(&dx, xb, 4);
           int32_t isum = 0;
           for (uint32_t i = 0; i < group_size; ++i)
-            isum += int32_t(int8_t(wb[4 + i])) * int32_t(int8_t(xb[4 + i]));
+            isum += q8_value(int8_t(wb[4 + i])) * q8_value(int8_t(xb[4 + i]));
           acc = acc + (dw * dx) * static_cast<float>(isum);
         }
         y[t * y_stride + r] = acc;

@@ -6,8 +6,10 @@
 // Both reproduce the scalar reference bit for bit:
 //   isum  = Σ qw[i]·qx[i] over the block, exact in int32 (any summation order)
 //   acc   = acc + (dw·dx) · float(isum)           (one multiply, one multiply, one add)
-// The int8 products use the sign trick: |qw| (unsigned) times qx·sign(qw) (signed) with
-// maddubs, whose int16 pair sums cannot saturate because |q| <= 127 on the activation side.
+// with a stored weight of -128 read as -127 (kernels.h q8_value). The int8 products use the
+// sign trick: |a| (unsigned) times b·sign(a) (signed) with maddubs; its int16 pair sums
+// cannot saturate because both operands lie in [-127, 127]. The one-token tile puts the
+// activation on the unsigned side (|x| once per block for all rows), the others the weight.
 
 // Sums of 8 int32 vectors: lane j of the result is the sum of v[j]'s lanes.
 inline __m256i reduce8_epi32(const __m256i *v) {
@@ -22,15 +24,23 @@ inline __m256i reduce8_epi32(const __m256i *v) {
   return _mm256_add_epi32(lo, hi);
 }
 
-// Σ over 32 bytes of w·x as 8 int32 lanes (each lane: 4 neighbouring products).
-inline __m256i dot32_epi8(__m256i w_abs, __m256i w_raw, __m256i x) {
-  const __m256i x_signed = _mm256_sign_epi8(x, w_raw);
+// Σ over 32 bytes of a·b as 8 int32 lanes (each lane: 4 neighbouring products), with a_abs
+// = |a|: |a| on the unsigned side, b signed by a on the signed side. Either operand may be
+// the weight or the activation; both lie in [-127, 127] (load_q8_weights, the quantiser), so
+// negating b cannot overflow.
+inline __m256i dot32_epi8(__m256i a_abs, __m256i a_raw, __m256i b) {
+  const __m256i b_signed = _mm256_sign_epi8(b, a_raw);
 #ifdef COLIBRI_Q8_VNNI
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w_abs, x_signed);
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a_abs, b_signed);
 #else
-  const __m256i pairs = _mm256_maddubs_epi16(w_abs, x_signed);
+  const __m256i pairs = _mm256_maddubs_epi16(a_abs, b_signed);
   return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 #endif
+}
+
+// 32 stored weights with the format's reading of -128 as -127 (kernels.h q8_value).
+inline __m256i load_q8_weights(const unsigned char *p) {
+  return _mm256_max_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)), _mm256_set1_epi8(kQ8MinValue));
 }
 
 // The q8 tile kernel (interface: see "A tile kernel" in matmul_generic.inl). Pairs
@@ -60,6 +70,37 @@ struct Q8Tile {
     const unsigned char *w = a.w + (k_begin / GS) * kBlockBytes;
     const unsigned char *x = a.x + (k_begin / GS) * kBlockBytes;
     for (size_t b = k_begin / GS; b < k_end / GS; ++b, w += kBlockBytes, x += kBlockBytes) {
+      if constexpr (TT == 1) {
+        // One token: the activation's magnitudes go on the unsigned side, computed once per
+        // block for all R rows; each row's weights are loaded once and signed by the
+        // activation (one load and three operations per row and 32 bytes, where the
+        // weight-magnitude form below needs two loads and four).
+        float dx0;
+        std::memcpy(&dx0, x, 4);
+        __m256i x_abs[kHalves], x_raw[kHalves];
+        for (int h = 0; h < kHalves; ++h) {
+          x_raw[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x + 4 + 32 * h));
+          x_abs[h] = _mm256_abs_epi8(x_raw[h]);
+        }
+        float dw[R];
+        __m256i sums[kGroups * 8];
+        for (int r = 0; r < R; ++r) {
+          const unsigned char *row = w + r * a.w_stride;
+          prefetch_weights<Simd, P, R>(row, a.w_stride);
+          std::memcpy(&dw[r], row, 4);
+          __m256i s = dot32_epi8(x_abs[0], x_raw[0], load_q8_weights(row + 4));
+          for (int h = 1; h < kHalves; ++h) s = _mm256_add_epi32(s, dot32_epi8(x_abs[h], x_raw[h], load_q8_weights(row + 4 + 32 * h)));
+          sums[r] = s;
+        }
+        for (int p = R; p < kGroups * 8; ++p) sums[p] = _mm256_setzero_si256();
+        for (int g = 0; g < kGroups; ++g) {
+          const __m256i isum = reduce8_epi32(sums + 8 * g);
+          alignas(32) float scales[8];
+          for (int i = 0; i < 8; ++i) scales[i] = 8 * g + i < R ? dw[8 * g + i] * dx0 : 0.0f;
+          acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_load_ps(scales), _mm256_cvtepi32_ps(isum)));
+        }
+        continue;
+      }
       float dw[R];
       float dx[TT];
       __m256i w_abs[R][kHalves];
@@ -69,7 +110,7 @@ struct Q8Tile {
         prefetch_weights<Simd, P, R>(row, a.w_stride);
         std::memcpy(&dw[r], row, 4);
         for (int h = 0; h < kHalves; ++h) {
-          w_raw[r][h] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(row + 4 + 32 * h));
+          w_raw[r][h] = load_q8_weights(row + 4 + 32 * h);
           w_abs[r][h] = _mm256_abs_epi8(w_raw[r][h]);
         }
       }

@@ -167,7 +167,7 @@ struct Q8Tile {
           const int8_t *qw = reinterpret_cast<const int8_t *>(w + 4);
           const int8_t *qx = reinterpret_cast<const int8_t *>(x + 4);
           int32_t isum = 0;
-          for (int i = 0; i < GS; ++i) isum += int32_t(qw[i]) * int32_t(qx[i]);
+          for (int i = 0; i < GS; ++i) isum += q8_value(qw[i]) * q8_value(qx[i]);
           acc = acc + (dw * dx) * static_cast<float>(isum);
         }
         if (last) a.y[t * a.y_stride + r] = acc;

@@ -113,4 +113,16 @@ TEST_CASE("q8 quantisation error is at most scale/2 and dequantises back", "[dty
   quantize_row_q8(zeros.data(), 32, 32, q.data(), nullptr);
   dequantize_row_q8(q.data(), 32, 32, back.data());
   for (float v : back) CHECK(v == 0.0f);
+  // The quantiser never writes -128; a stored -128 reads as -127 (as in every kernel).
+  std::vector<float> wide(32);
+  for (size_t i = 0; i < 32; ++i) wide[i] = i % 2 ? -1.0f : 0.5f;
+  quantize_row_q8(wide.data(), 32, 32, q.data(), nullptr);
+  for (size_t i = 0; i < 32; ++i) CHECK(static_cast<int8_t>(q[4 + i]) >= -127);
+  q[4] = 0x80;
+  q[5] = 0x81;
+  float scale;
+  std::memcpy(&scale, q.data(), 4);
+  dequantize_row_q8(q.data(), 32, 32, back.data());
+  CHECK(back[0] == -127.0f * scale);
+  CHECK(back[1] == -127.0f * scale);
 }
