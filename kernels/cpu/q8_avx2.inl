@@ -70,62 +70,54 @@ struct Q8Tile {
     const unsigned char *w = a.w + (k_begin / GS) * kBlockBytes;
     const unsigned char *x = a.x + (k_begin / GS) * kBlockBytes;
     for (size_t b = k_begin / GS; b < k_end / GS; ++b, w += kBlockBytes, x += kBlockBytes) {
+      float dw[R];
+      float dx[TT];
+      __m256i sums[kGroups * 8];
       if constexpr (TT == 1) {
         // One token: the activation's magnitudes go on the unsigned side, computed once per
         // block for all R rows; each row's weights are loaded once and signed by the
         // activation (one load and three operations per row and 32 bytes, where the
         // weight-magnitude form below needs two loads and four).
-        float dx0;
-        std::memcpy(&dx0, x, 4);
+        std::memcpy(&dx[0], x, 4);
         __m256i x_abs[kHalves], x_raw[kHalves];
         for (int h = 0; h < kHalves; ++h) {
           x_raw[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x + 4 + 32 * h));
           x_abs[h] = _mm256_abs_epi8(x_raw[h]);
         }
-        float dw[R];
-        __m256i sums[kGroups * 8];
         for (int r = 0; r < R; ++r) {
           const unsigned char *row = w + r * a.w_stride;
           prefetch_weights<Simd, P, R>(row, a.w_stride);
           std::memcpy(&dw[r], row, 4);
           __m256i s = dot32_epi8(x_abs[0], x_raw[0], load_q8_weights(row + 4));
-          for (int h = 1; h < kHalves; ++h) s = _mm256_add_epi32(s, dot32_epi8(x_abs[h], x_raw[h], load_q8_weights(row + 4 + 32 * h)));
+          for (int h = 1; h < kHalves; ++h)
+            s = _mm256_add_epi32(s, dot32_epi8(x_abs[h], x_raw[h], load_q8_weights(row + 4 + 32 * h)));
           sums[r] = s;
         }
-        for (int p = R; p < kGroups * 8; ++p) sums[p] = _mm256_setzero_si256();
-        for (int g = 0; g < kGroups; ++g) {
-          const __m256i isum = reduce8_epi32(sums + 8 * g);
-          alignas(32) float scales[8];
-          for (int i = 0; i < 8; ++i) scales[i] = 8 * g + i < R ? dw[8 * g + i] * dx0 : 0.0f;
-          acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(_mm256_load_ps(scales), _mm256_cvtepi32_ps(isum)));
-        }
-        continue;
-      }
-      float dw[R];
-      float dx[TT];
-      __m256i w_abs[R][kHalves];
-      __m256i w_raw[R][kHalves];
-      for (int r = 0; r < R; ++r) {
-        const unsigned char *row = w + r * a.w_stride;
-        prefetch_weights<Simd, P, R>(row, a.w_stride);
-        std::memcpy(&dw[r], row, 4);
-        for (int h = 0; h < kHalves; ++h) {
-          w_raw[r][h] = load_q8_weights(row + 4 + 32 * h);
-          w_abs[r][h] = _mm256_abs_epi8(w_raw[r][h]);
-        }
-      }
-      __m256i sums[kGroups * 8];
-      for (int t = 0; t < TT; ++t) {
-        const unsigned char *row = x + t * a.x_stride;
-        std::memcpy(&dx[t], row, 4);
-        __m256i xv[kHalves];
-        for (int h = 0; h < kHalves; ++h)
-          xv[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(row + 4 + 32 * h));
+      } else {
+        // Several tokens: each row's weight magnitudes, computed once, serve every token.
+        __m256i w_abs[R][kHalves];
+        __m256i w_raw[R][kHalves];
         for (int r = 0; r < R; ++r) {
-          __m256i s = dot32_epi8(w_abs[r][0], w_raw[r][0], xv[0]);
-          for (int h = 1; h < kHalves; ++h)
-            s = _mm256_add_epi32(s, dot32_epi8(w_abs[r][h], w_raw[r][h], xv[h]));
-          sums[r * TT + t] = s;
+          const unsigned char *row = w + r * a.w_stride;
+          prefetch_weights<Simd, P, R>(row, a.w_stride);
+          std::memcpy(&dw[r], row, 4);
+          for (int h = 0; h < kHalves; ++h) {
+            w_raw[r][h] = load_q8_weights(row + 4 + 32 * h);
+            w_abs[r][h] = _mm256_abs_epi8(w_raw[r][h]);
+          }
+        }
+        for (int t = 0; t < TT; ++t) {
+          const unsigned char *row = x + t * a.x_stride;
+          std::memcpy(&dx[t], row, 4);
+          __m256i xv[kHalves];
+          for (int h = 0; h < kHalves; ++h)
+            xv[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(row + 4 + 32 * h));
+          for (int r = 0; r < R; ++r) {
+            __m256i s = dot32_epi8(w_abs[r][0], w_raw[r][0], xv[0]);
+            for (int h = 1; h < kHalves; ++h)
+              s = _mm256_add_epi32(s, dot32_epi8(w_abs[r][h], w_raw[r][h], xv[h]));
+            sums[r * TT + t] = s;
+          }
         }
       }
       for (int p = kPairs; p < kGroups * 8; ++p) sums[p] = _mm256_setzero_si256();
