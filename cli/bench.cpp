@@ -234,7 +234,8 @@ int bench_command(int argc, char **argv) {
                     {"active_weight_bytes", info.active_weight_bytes},
                     {"layer_count", info.layer_count},
                     {"expert_count", info.expert_count},
-                    {"top_k", info.top_k}};
+                    {"top_k", info.top_k},
+                    {"weights", model_flags.load_into_memory ? "loaded into memory" : "file mapping"}};
     out["backend"] = backend;
     out["repetitions"] = repetitions;
     out["kv_dtype"] = colibri_dtype_name(kv_dtype);
@@ -279,9 +280,9 @@ int bench_command(int argc, char **argv) {
     return kExitOk;
   }
 
-  std::printf("model: %s\n  %s (%s), %llu layers, %llu experts top-%llu, %s weights; %s parameters, %s active per "
-              "token (%.2f MB of weights read per token)\n",
-              path.c_str(), info.family, info.architecture, static_cast<unsigned long long>(info.layer_count),
+  std::printf("model: %s (weights %s)\n  %s (%s), %llu layers, %llu experts top-%llu, %s weights; %s parameters, %s "
+              "active per token (%.2f MB of weights read per token)\n",
+              path.c_str(), model_flags.load_into_memory ? "loaded into memory" : "in the file mapping", info.family, info.architecture, static_cast<unsigned long long>(info.layer_count),
               static_cast<unsigned long long>(info.expert_count), static_cast<unsigned long long>(info.top_k),
               colibri_dtype_name(info.weight_dtype), format_count(static_cast<double>(info.parameter_count)).c_str(),
               format_count(static_cast<double>(info.active_parameter_count)).c_str(), static_cast<double>(info.active_weight_bytes) / 1e6);

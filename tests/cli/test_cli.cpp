@@ -402,6 +402,7 @@ TEST_CASE("bench --json parses and has the table's fields", "[cli][bench]") {
   CHECK(j["model"]["active_weight_bytes"].get<uint64_t>() > 0);
   CHECK(j["model"]["parameter_count"].get<uint64_t>() > j["model"]["active_parameter_count"].get<uint64_t>());
   CHECK(j["model"]["file_size_bytes"].get<uint64_t>() > 0);
+  CHECK(j["model"]["weights"] == "file mapping");
   CHECK(j["backend"].get<std::string>().rfind("cpu-", 0) == 0);
   REQUIRE(j["bandwidth"].size() == 1);
   const json &bw = j["bandwidth"][0];
