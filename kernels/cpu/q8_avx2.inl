@@ -75,9 +75,9 @@ struct Q8Tile {
       __m256i sums[kGroups * 8];
       if constexpr (TT == 1) {
         // One token: the activation's magnitudes go on the unsigned side, computed once per
-        // block for all R rows; each row's weights are loaded once and signed by the
-        // activation (one load and three operations per row and 32 bytes, where the
-        // weight-magnitude form below needs two loads and four).
+        // block for all R rows; each row's weights are loaded once, clamped to -127 and signed
+        // by the activation (per row and 32 bytes: one load and four operations, where the
+        // weight-magnitude form below needs the same load plus abs for every row).
         std::memcpy(&dx[0], x, 4);
         __m256i x_abs[kHalves], x_raw[kHalves];
         for (int h = 0; h < kHalves; ++h) {
