@@ -3,6 +3,9 @@
 //
 //   engine_bench --model IMAGE [--threads 2] [--reps 3] [--isa avx512|avx2|scalar] [--decode-only | --prefill-only]
 //                [--load-into-memory]   (weights copied into huge-page memory, not served from the mapping)
+//   engine_bench --model IMAGE --moe-vs-read PAIRS [--threads N] [--isa ...] [--load-into-memory]
+//                (only the decode expert stage against a read of the same bytes, alternating; see
+//                moe_vs_read below)
 //   engine_bench --make DIR --dtype f16|q8      (writes the benchmark-shape checkpoint with
 //                the seeded synthetic writer, converts it with colibri-model, then runs)
 //
@@ -16,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -23,6 +27,7 @@
 #include "machine_probe.h"
 #include "model/model.h"
 #include "runtime/session.h"
+#include "util/thread_pool.h"
 
 using namespace colibri;
 
@@ -106,6 +111,103 @@ std::string make_image(const std::string &dir, const std::string &dtype) {
   return image;
 }
 
+// --moe-vs-read: the decode expert stage against a plain read of the same bytes, in one
+// process, alternating slices of kSliceSeconds. The engine side runs Session::moe_layer on
+// one token with top-k random distinct experts per MoE layer (the routes given, so the router
+// is skipped: gate/up/down of k experts, the merge); the read side reads the same experts'
+// gate, up and down bytes with the probe's reader (bench/probe) on a pool of the same size,
+// split the way moe.cpp splits them (4 stripes per thread over the active experts, gate and up
+// stripes in one task, a barrier, then the down stripes). The ratio of neighbouring slices
+// cancels the host's bandwidth drift that a probe taken seconds before a run cannot.
+int moe_vs_read(runtime::Session &s, const model::Model &m, size_t threads, int pairs) {
+  constexpr double kSliceSeconds = 0.05;
+  const auto &c = m.config();
+  std::vector<uint32_t> layers;
+  for (uint32_t l = 0; l < c.layer_count; ++l)
+    if (m.layers()[l].is_moe) layers.push_back(l);
+  if (layers.empty() || c.top_k == 0 || c.top_k > c.expert_count) {
+    std::fprintf(stderr, "engine_bench: --moe-vs-read needs a model with MoE layers\n");
+    return 1;
+  }
+  const size_t H = c.hidden_size, K = c.top_k, E = c.expert_count;
+  std::mt19937 rng(20261130);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> hidden(H), out(H);
+  for (float &v : hidden) v = uniform(rng);
+  std::vector<int32_t> experts(E);
+  std::vector<runtime::Route> routes(K);
+  auto pick = [&] {  // K distinct experts, uniformly (a partial Fisher-Yates shuffle)
+    for (size_t e = 0; e < E; ++e) experts[e] = static_cast<int32_t>(e);
+    for (size_t i = 0; i < K; ++i) {
+      std::swap(experts[i], experts[i + rng() % (E - i)]);
+      routes[i] = {experts[i], 1.0f / static_cast<float>(K)};
+    }
+  };
+  util::ThreadPoolOptions po;
+  po.thread_count = threads;
+  util::ThreadPool pool(po);
+  const std::string loads = kernels::isa_name(s.isa());
+  const size_t stripes = std::max<size_t>(1, (4 * pool.thread_count() + K - 1) / K);
+  std::vector<uint64_t> sink(pool.thread_count());
+  auto read_stripe = [&](const model::WeightMatrix &w, size_t expert, size_t stripe, size_t thread) {
+    const size_t rows_per = (w.rows + stripes - 1) / stripes;
+    const size_t r0 = std::min(w.rows, stripe * rows_per), r1 = std::min(w.rows, r0 + rows_per);
+    const size_t row_bytes = w.matrix_bytes / w.rows;
+    sink[thread] += colibri_probe::read_range(w.matrix(expert) + r0 * row_bytes, (r1 - r0) * row_bytes, loads);
+  };
+  auto slice = [&](bool engine) {
+    double bytes = 0;
+    const double t0 = now_s();
+    while (now_s() - t0 < kSliceSeconds) {
+      for (uint32_t l : layers) {
+        const model::LayerWeights &w = m.layers()[l];
+        pick();
+        if (engine) {
+          if (Error e = s.moe_layer(l, hidden.data(), 1, routes.data(), out.data())) {
+            std::fprintf(stderr, "engine_bench: %s\n", e.message.c_str());
+            std::exit(1);
+          }
+        } else {
+          pool.parallel_for(K * stripes, [&](size_t task, size_t thread) {
+            read_stripe(w.experts_gate, routes[task / stripes].expert, task % stripes, thread);
+            read_stripe(w.experts_up, routes[task / stripes].expert, task % stripes, thread);
+          });
+          pool.parallel_for(K * stripes, [&](size_t task, size_t thread) {
+            read_stripe(w.experts_down, routes[task / stripes].expert, task % stripes, thread);
+          });
+        }
+        bytes += static_cast<double>(K * (w.experts_gate.matrix_bytes + w.experts_up.matrix_bytes + w.experts_down.matrix_bytes));
+      }
+    }
+    return bytes / (now_s() - t0) / 1e9;
+  };
+  slice(true);  // warm-up of both sides
+  slice(false);
+  std::vector<double> engine_gbs, read_gbs, ratio;
+  for (int i = 0; i < pairs; ++i) {
+    const bool engine_first = i % 2 == 0;  // alternate the order: neither side always goes first
+    const double a = slice(engine_first), b = slice(!engine_first);
+    engine_gbs.push_back(engine_first ? a : b);
+    read_gbs.push_back(engine_first ? b : a);
+    ratio.push_back(engine_gbs.back() / read_gbs.back());
+  }
+  auto quantile = [](std::vector<double> v, double q) {
+    std::sort(v.begin(), v.end());
+    return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+  };
+  uint64_t checksum = 0;
+  for (uint64_t v : sink) checksum += v;
+  std::printf("MoE decode stage vs a read of the same bytes (%d pairs of %.0f ms slices, alternating; %zu threads, %s "
+              "kernels, %s loads; 1 token, %zu random experts per layer, %zu MoE layers):\n",
+              pairs, kSliceSeconds * 1e3, pool.thread_count(), loads.c_str(), loads.c_str(), K, layers.size());
+  std::printf("  engine %.1f GB/s [%.1f..%.1f], read %.1f GB/s [%.1f..%.1f]; engine / read: median %.1f%% "
+              "[quartiles %.1f..%.1f%%] (checksum %llu)\n",
+              quantile(engine_gbs, 0.5), quantile(engine_gbs, 0), quantile(engine_gbs, 1), quantile(read_gbs, 0.5),
+              quantile(read_gbs, 0), quantile(read_gbs, 1), 100 * quantile(ratio, 0.5), 100 * quantile(ratio, 0.25),
+              100 * quantile(ratio, 0.75), static_cast<unsigned long long>(checksum % 1000));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -114,6 +216,7 @@ int main(int argc, char **argv) {
   int reps = 3;
   kernels::Isa isa = kernels::Isa::Avx512;
   bool run_prefill = true, run_decode = true, load_into_memory = false;
+  int moe_vs_read_pairs = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -131,6 +234,7 @@ int main(int argc, char **argv) {
     else if (a == "--decode-only") run_prefill = false;
     else if (a == "--prefill-only") run_decode = false;
     else if (a == "--load-into-memory") load_into_memory = true;
+    else if (a == "--moe-vs-read") moe_vs_read_pairs = std::max(1, std::atoi(value().c_str()));
     else if (a == "--isa") {
       const std::string v = value();
       if (!kernels::parse_isa(v.c_str(), &isa)) {
@@ -139,7 +243,7 @@ int main(int argc, char **argv) {
       }
     } else {
       std::fprintf(stderr, "usage: engine_bench (--model IMAGE | --make DIR [--dtype f16|q8]) [--threads N] [--reps N] "
-                           "[--isa avx512|avx2|scalar] [--decode-only | --prefill-only] [--load-into-memory]\n");
+                           "[--isa avx512|avx2|scalar] [--decode-only | --prefill-only | --moe-vs-read PAIRS] [--load-into-memory]\n");
       return 2;
     }
   }
@@ -190,6 +294,8 @@ int main(int argc, char **argv) {
   std::printf("active weight bytes per token: %.1f MB; matmul GFLOP per token: %.3f in the layers + %.3f in the LM head "
               "(a prefill runs the LM head for its last position only); threads %zu\n",
               active_bytes / 1e6, body_flops / 1e9, head_flops / 1e9, s->thread_count());
+
+  if (moe_vs_read_pairs > 0) return moe_vs_read(*s, *m, threads, moe_vs_read_pairs);
 
   std::vector<runtime::BatchEntry> batch(512);
   auto prefill = [&](size_t n) {

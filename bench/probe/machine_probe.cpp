@@ -172,6 +172,12 @@ uint64_t read_slice(Width w, const unsigned char *p, size_t n) {
   return read_scalar<Prefetch>(p, n);
 }
 
+uint64_t sum_bytes(const unsigned char *p, size_t n) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; ++i) total += p[i];
+  return total;
+}
+
 struct Summary {
   double median = 0, min = 0, max = 0;
 };
@@ -204,6 +210,18 @@ size_t sysfs_cache_bytes(int index) {
 }  // namespace
 
 std::string probe_isa(const std::string &max_isa) { return width_name(capped(max_isa)); }
+
+uint64_t read_range(const void *p, size_t n, const std::string &max_isa, bool prefetch) {
+  // The readers take whole 512-byte chunks from a 64-byte aligned start; the unaligned head
+  // and the tail after the last whole chunk are summed byte by byte (under 576 bytes).
+  const unsigned char *bytes = static_cast<const unsigned char *>(p);
+  const size_t head = std::min(n, static_cast<size_t>((64 - reinterpret_cast<uintptr_t>(bytes) % 64) % 64));
+  const size_t body = (n - head) / kChunkBytes * kChunkBytes;
+  const Width width = capped(max_isa);
+  uint64_t total = sum_bytes(bytes, head) + sum_bytes(bytes + head + body, n - head - body);
+  if (body != 0) total += prefetch ? read_slice<true>(width, bytes + head, body) : read_slice<false>(width, bytes + head, body);
+  return total;
+}
 
 size_t last_level_cache_bytes() {
   size_t best = 0;

@@ -56,6 +56,13 @@ struct ReadProbeResult {
 // (`repetitions` timed passes of each reader).
 ReadProbeResult measure_read_bandwidth(const ReadProbeOptions &options);
 
+// Reads the n bytes at p (any alignment) with the probe's reader: the loads of `max_isa`
+// (as in ReadProbeOptions), with the 4 KiB-ahead prefetch when `prefetch`. Returns a sum of
+// the bytes' words, which the caller should use (so the reads cannot be optimised away).
+// For comparing a kernel with a plain read of the very bytes it reads, in the same process
+// and the same second (engine_bench --moe-vs-read).
+uint64_t read_range(const void *p, size_t n, const std::string &max_isa = "", bool prefetch = true);
+
 // Bytes of the largest CPU cache (sysconf, then /sys), 0 when unknown.
 size_t last_level_cache_bytes();
 
