@@ -3,9 +3,11 @@
 //
 //   engine_bench --model IMAGE [--threads 2] [--reps 3] [--isa avx512|avx2|scalar] [--decode-only | --prefill-only]
 //                [--load-into-memory]   (weights copied into huge-page memory, not served from the mapping)
-//   engine_bench --model IMAGE --moe-vs-read PAIRS [--threads N] [--isa ...] [--load-into-memory]
-//                (only the decode expert stage against a read of the same bytes, alternating; see
-//                moe_vs_read below)
+//   engine_bench --model IMAGE --moe-vs-read ROUNDS [--threads N] [--isa ...] [--load-into-memory]
+//                (only the decode expert stage against a read of the same bytes and the probe,
+//                alternating; see moe_vs_read below)
+//   --interleave PAIRS (default 30, 0 = off): the "tg, interleaved" row, decode alternated with
+//                the probe in 100 ms slices (see decode_interleaved below)
 //   engine_bench --make DIR --dtype f16|q8      (writes the benchmark-shape checkpoint with
 //                the seeded synthetic writer, converts it with colibri-model, then runs)
 //
@@ -19,9 +21,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <sys/mman.h>
 
 #include "convert/synthetic_checkpoint.h"
 #include "machine_probe.h"
@@ -111,16 +117,93 @@ std::string make_image(const std::string &dir, const std::string &dtype) {
   return image;
 }
 
-// --moe-vs-read: the decode expert stage against a plain read of the same bytes, in one
-// process, alternating slices of kSliceSeconds. The engine side runs Session::moe_layer on
-// one token with top-k random distinct experts per MoE layer (the routes given, so the router
-// is skipped: gate/up/down of k experts, the merge); the read side reads the same experts'
-// gate, up and down bytes with the probe's reader (bench/probe) on a pool of the same size,
-// split the way moe.cpp splits them (4 stripes per thread over the active experts, gate and up
-// stripes in one task, a barrier, then the down stripes). The ratio of neighbouring slices
-// cancels the host's bandwidth drift that a probe taken seconds before a run cannot.
-int moe_vs_read(runtime::Session &s, const model::Model &m, size_t threads, int pairs) {
-  constexpr double kSliceSeconds = 0.05;
+// Alternating measurements. The host's bandwidth drifts within seconds (a probe taken right
+// before a 1-3 s run and the run itself can see different hosts), so the figures below
+// alternate short slices of the engine and of the probe's reader (bench/probe) in one process
+// and report the median of the ratios of neighbouring slices.
+constexpr double kSliceSeconds = 0.1;
+
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+// A pool of the engine's thread count and a buffer of the probe's default size (huge-page
+// advised, each thread's slice first touched by that thread), read in slices of about
+// kSliceSeconds with the probe's reader; each thread continues where its previous slice
+// stopped. The same pool reads any other bytes on request (read_range).
+class SliceReader {
+ public:
+  SliceReader(size_t threads, std::string loads) : pool_(pool_options(threads)), loads_(std::move(loads)), sink_(pool_.thread_count()) {
+    const size_t n = pool_.thread_count();
+    slice_bytes_ = colibri_probe::default_probe_bytes() / n / kChunk * kChunk;
+    const size_t total = (slice_bytes_ * n + kHugePage - 1) / kHugePage * kHugePage;
+    buffer_.reset(static_cast<unsigned char *>(std::aligned_alloc(kHugePage, total)));
+    if (!buffer_) {
+      std::fprintf(stderr, "engine_bench: cannot allocate the %zu MiB probe buffer\n", total >> 20);
+      std::exit(1);
+    }
+    ::madvise(buffer_.get(), total, MADV_HUGEPAGE);  // advisory: failure changes nothing
+    pool_.parallel_for(n, [&](size_t t, size_t) { std::memset(buffer_.get() + t * slice_bytes_, static_cast<int>(t + 1), slice_bytes_); });
+    cursor_.assign(n, 0);
+    read_bytes_.assign(n, 0);
+  }
+  util::ThreadPool &pool() { return pool_; }
+  const std::string &loads() const { return loads_; }
+
+  // Reads the probe buffer for about kSliceSeconds; returns GB/s.
+  double probe_slice() {
+    const double t0 = now_s();
+    pool_.parallel_for(pool_.thread_count(), [&](size_t t, size_t) {
+      read_bytes_[t] = 0;
+      do {
+        read_range(buffer_.get() + t * slice_bytes_ + cursor_[t], kChunk, t);
+        cursor_[t] = (cursor_[t] + kChunk) % slice_bytes_;
+        read_bytes_[t] += kChunk;
+      } while (now_s() - t0 < kSliceSeconds);
+    });
+    double bytes = 0;
+    for (size_t b : read_bytes_) bytes += static_cast<double>(b);
+    return bytes / (now_s() - t0) / 1e9;
+  }
+  // Reads n bytes at p on pool thread `thread` (inside one of this pool's tasks).
+  void read_range(const unsigned char *p, size_t n, size_t thread) { sink_[thread] += colibri_probe::read_range(p, n, loads_); }
+  // A value that depends on every byte read (printed, so the reads cannot be optimised away).
+  unsigned checksum() const {
+    uint64_t sum = 0;
+    for (uint64_t v : sink_) sum += v;
+    return static_cast<unsigned>(sum % 1000);
+  }
+
+ private:
+  static constexpr size_t kChunk = size_t(4) << 20;
+  static constexpr size_t kHugePage = size_t(2) << 20;
+  static util::ThreadPoolOptions pool_options(size_t threads) {
+    util::ThreadPoolOptions o;
+    o.thread_count = threads;
+    return o;
+  }
+  struct Free {
+    void operator()(unsigned char *p) const { std::free(p); }
+  };
+  util::ThreadPool pool_;
+  std::string loads_;
+  std::unique_ptr<unsigned char, Free> buffer_;
+  size_t slice_bytes_ = 0;
+  std::vector<size_t> cursor_, read_bytes_;
+  std::vector<uint64_t> sink_;
+};
+
+// --moe-vs-read: the decode expert stage against a read of the same bytes and against the
+// probe, in rounds of three slices (engine, same bytes, probe; the order rotates each round).
+// The engine side runs Session::moe_layer on one token with top-k random distinct experts per
+// MoE layer (routes given, so no router: gate, up and down of k experts, the merge); the
+// same-bytes side reads those experts' gate, up and down bytes on a pool of the same size,
+// split the way moe.cpp splits them (4 stripes per thread over the active experts, a gate and
+// an up stripe per task, a barrier, then the down stripes). So the engine's shortfall splits
+// into what the kernels lose against a read of their bytes and what reading those bytes (in
+// stripes, from the model's memory) loses against the probe.
+int moe_vs_read(runtime::Session &s, const model::Model &m, size_t threads, int rounds) {
   const auto &c = m.config();
   std::vector<uint32_t> layers;
   for (uint32_t l = 0; l < c.layer_count; ++l)
@@ -143,19 +226,17 @@ int moe_vs_read(runtime::Session &s, const model::Model &m, size_t threads, int 
       routes[i] = {experts[i], 1.0f / static_cast<float>(K)};
     }
   };
-  util::ThreadPoolOptions po;
-  po.thread_count = threads;
-  util::ThreadPool pool(po);
-  const std::string loads = kernels::isa_name(s.isa());
+  SliceReader reader(threads, kernels::isa_name(s.isa()));
+  util::ThreadPool &pool = reader.pool();
   const size_t stripes = std::max<size_t>(1, (4 * pool.thread_count() + K - 1) / K);
-  std::vector<uint64_t> sink(pool.thread_count());
   auto read_stripe = [&](const model::WeightMatrix &w, size_t expert, size_t stripe, size_t thread) {
     const size_t rows_per = (w.rows + stripes - 1) / stripes;
     const size_t r0 = std::min(w.rows, stripe * rows_per), r1 = std::min(w.rows, r0 + rows_per);
     const size_t row_bytes = w.matrix_bytes / w.rows;
-    sink[thread] += colibri_probe::read_range(w.matrix(expert) + r0 * row_bytes, (r1 - r0) * row_bytes, loads);
+    reader.read_range(w.matrix(expert) + r0 * row_bytes, (r1 - r0) * row_bytes, thread);
   };
-  auto slice = [&](bool engine) {
+  // Engine (engine = true) or the same-bytes read for about kSliceSeconds; returns GB/s.
+  auto expert_slice = [&](bool engine) {
     double bytes = 0;
     const double t0 = now_s();
     while (now_s() - t0 < kSliceSeconds) {
@@ -181,31 +262,90 @@ int moe_vs_read(runtime::Session &s, const model::Model &m, size_t threads, int 
     }
     return bytes / (now_s() - t0) / 1e9;
   };
-  slice(true);  // warm-up of both sides
-  slice(false);
-  std::vector<double> engine_gbs, read_gbs, ratio;
-  for (int i = 0; i < pairs; ++i) {
-    const bool engine_first = i % 2 == 0;  // alternate the order: neither side always goes first
-    const double a = slice(engine_first), b = slice(!engine_first);
-    engine_gbs.push_back(engine_first ? a : b);
-    read_gbs.push_back(engine_first ? b : a);
-    ratio.push_back(engine_gbs.back() / read_gbs.back());
+  expert_slice(true);  // warm-up of every side
+  expert_slice(false);
+  reader.probe_slice();
+  std::vector<double> gbs[3], engine_vs_same, same_vs_probe, engine_vs_probe;
+  for (int i = 0; i < rounds; ++i) {
+    double round[3];
+    for (int j = 0; j < 3; ++j) {
+      const int side = (i + j) % 3;  // 0 engine, 1 same bytes, 2 probe
+      round[side] = side == 2 ? reader.probe_slice() : expert_slice(side == 0);
+      gbs[side].push_back(round[side]);
+    }
+    engine_vs_same.push_back(100 * round[0] / round[1]);
+    same_vs_probe.push_back(100 * round[1] / round[2]);
+    engine_vs_probe.push_back(100 * round[0] / round[2]);
   }
-  auto quantile = [](std::vector<double> v, double q) {
-    std::sort(v.begin(), v.end());
-    return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+  std::printf("MoE decode stage (1 token, %zu random experts in each of %zu MoE layers), %d rounds of three %.0f ms slices; "
+              "%zu threads, %s kernels and loads:\n",
+              K, layers.size(), rounds, kSliceSeconds * 1e3, pool.thread_count(), reader.loads().c_str());
+  const char *names[3] = {"engine", "read of the same bytes", "probe read"};
+  for (int side = 0; side < 3; ++side)
+    std::printf("  %-22s %5.1f GB/s [%.1f..%.1f]\n", names[side], quantile(gbs[side], 0.5), quantile(gbs[side], 0),
+                quantile(gbs[side], 1));
+  auto ratio_line = [](const char *what, const std::vector<double> &r) {
+    std::printf("  %-32s median %.1f%% [quartiles %.1f..%.1f%%]\n", what, quantile(r, 0.5), quantile(r, 0.25), quantile(r, 0.75));
   };
-  uint64_t checksum = 0;
-  for (uint64_t v : sink) checksum += v;
-  std::printf("MoE decode stage vs a read of the same bytes (%d pairs of %.0f ms slices, alternating; %zu threads, %s "
-              "kernels, %s loads; 1 token, %zu random experts per layer, %zu MoE layers):\n",
-              pairs, kSliceSeconds * 1e3, pool.thread_count(), loads.c_str(), loads.c_str(), K, layers.size());
-  std::printf("  engine %.1f GB/s [%.1f..%.1f], read %.1f GB/s [%.1f..%.1f]; engine / read: median %.1f%% "
-              "[quartiles %.1f..%.1f%%] (checksum %llu)\n",
-              quantile(engine_gbs, 0.5), quantile(engine_gbs, 0), quantile(engine_gbs, 1), quantile(read_gbs, 0.5),
-              quantile(read_gbs, 0), quantile(read_gbs, 1), 100 * quantile(ratio, 0.5), 100 * quantile(ratio, 0.25),
-              100 * quantile(ratio, 0.75), static_cast<unsigned long long>(checksum % 1000));
+  ratio_line("engine / read of the same bytes:", engine_vs_same);
+  ratio_line("read of the same bytes / probe:", same_vs_probe);
+  ratio_line("engine / probe:", engine_vs_probe);
+  std::printf("  (checksum of the bytes read: %u)\n", reader.checksum());
   return 0;
+}
+
+// Decode against the probe in alternating slices (the "tg, interleaved" row): a decode slice
+// continues one sequence token by token, restarting it after kPositions tokens so that
+// positions cycle as in a tg128 run; a probe slice is SliceReader::probe_slice.
+struct InterleavedDecode {
+  double tokens_per_s, probe_gbs, pct, pct_q25, pct_q75;
+};
+InterleavedDecode decode_interleaved(runtime::Session &s, const model::Model &m, size_t threads, double active_bytes,
+                                     int pairs) {
+  constexpr size_t kPositions = 128;
+  const auto &c = m.config();
+  SliceReader reader(threads, kernels::isa_name(s.isa()));
+  size_t position = 0;
+  auto decode_slice = [&] {
+    size_t tokens = 0;
+    const double t0 = now_s();
+    do {
+      if (position == kPositions) {
+        s.reset_all();
+        position = 0;
+      }
+      runtime::BatchEntry e{0, static_cast<uint32_t>(position), static_cast<int32_t>((position * 104729) % c.vocab_size), 1};
+      if (Error fe = s.forward(&e, 1)) {
+        std::fprintf(stderr, "engine_bench: %s\n", fe.message.c_str());
+        std::exit(1);
+      }
+      ++position;
+      ++tokens;
+    } while (now_s() - t0 < kSliceSeconds);
+    return static_cast<double>(tokens) / (now_s() - t0);
+  };
+  // KV reads at the mean position of the cycle: 2 (k, v) · kv_dim · 4 bytes · layers · mean.
+  const double bytes_per_token =
+      active_bytes + 2.0 * static_cast<double>(m.kv_dim()) * 4 * static_cast<double>(c.layer_count) * (kPositions - 1) / 2.0;
+  s.reset_all();
+  decode_slice();  // warm-up of both sides
+  reader.probe_slice();
+  std::vector<double> tps, gbs, pct;
+  for (int i = 0; i < pairs; ++i) {
+    const bool decode_first = i % 2 == 0;  // alternate the order: neither side always goes first
+    double d, r;
+    if (decode_first) {
+      d = decode_slice();
+      r = reader.probe_slice();
+    } else {
+      r = reader.probe_slice();
+      d = decode_slice();
+    }
+    tps.push_back(d);
+    gbs.push_back(r);
+    pct.push_back(100.0 * d * bytes_per_token / (r * 1e9));
+  }
+  return {quantile(tps, 0.5), quantile(gbs, 0.5), quantile(pct, 0.5), quantile(pct, 0.25), quantile(pct, 0.75)};
 }
 
 }  // namespace
@@ -216,7 +356,7 @@ int main(int argc, char **argv) {
   int reps = 3;
   kernels::Isa isa = kernels::Isa::Avx512;
   bool run_prefill = true, run_decode = true, load_into_memory = false;
-  int moe_vs_read_pairs = 0;
+  int moe_vs_read_pairs = 0, interleave_pairs = 30;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -234,6 +374,7 @@ int main(int argc, char **argv) {
     else if (a == "--decode-only") run_prefill = false;
     else if (a == "--prefill-only") run_decode = false;
     else if (a == "--load-into-memory") load_into_memory = true;
+    else if (a == "--interleave") interleave_pairs = std::max(0, std::atoi(value().c_str()));
     else if (a == "--moe-vs-read") moe_vs_read_pairs = std::max(1, std::atoi(value().c_str()));
     else if (a == "--isa") {
       const std::string v = value();
@@ -243,7 +384,8 @@ int main(int argc, char **argv) {
       }
     } else {
       std::fprintf(stderr, "usage: engine_bench (--model IMAGE | --make DIR [--dtype f16|q8]) [--threads N] [--reps N] "
-                           "[--isa avx512|avx2|scalar] [--decode-only | --prefill-only | --moe-vs-read PAIRS] [--load-into-memory]\n");
+                           "[--isa avx512|avx2|scalar] [--decode-only | --prefill-only | --moe-vs-read ROUNDS] [--interleave PAIRS] "
+                           "[--load-into-memory]\n");
       return 2;
     }
   }
@@ -377,6 +519,12 @@ int main(int argc, char **argv) {
     const Stats st = stats(r), sb = stats(bw), sp = stats(pct);
     std::printf("| tg%-3zu | %.2f | %.2f | %.2f | %.1f%% [%.1f..%.1f] of bandwidth / bytes per token (paired probes %.1f GB/s [%.1f..%.1f]) |\n",
                 n, st.median, st.min, st.max, sp.median, sp.min, sp.max, sb.median, sb.min, sb.max);
+  }
+  if (run_decode && interleave_pairs > 0) {
+    const InterleavedDecode d = decode_interleaved(*s, *m, threads, static_cast<double>(active_bytes), interleave_pairs);
+    std::printf("| tg, interleaved | %.2f | | | %.1f%% [quartiles %.1f..%.1f] of bandwidth / bytes per token, %d pairs of "
+                "%.0f ms decode and probe slices (probe %.1f GB/s) |\n",
+                d.tokens_per_s, d.pct, d.pct_q25, d.pct_q75, interleave_pairs, kSliceSeconds * 1e3, d.probe_gbs);
   }
   if (run_decode) {
     print_profile("decode", s->stats());
