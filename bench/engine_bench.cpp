@@ -14,8 +14,10 @@
 //
 // Decode is reported as a percentage of bandwidth / active weight bytes per token, with the
 // bandwidth measured by the shared read probe (bench/probe) on the same thread count right
-// before; prefill as a percentage of the FMA peak of the instruction set the kernels run on
-// (--isa caps it; default: the best the CPU has), measured on the same threads.
+// before each run, and (the "interleaved" row) in 100 ms slices alternating with decode
+// slices; prefill as a percentage of the FMA peak of the instruction set the kernels run on
+// (--isa caps it; default: the best the CPU has), measured on the same threads once, and (the
+// "interleaved" row) next to every pp128 run.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
