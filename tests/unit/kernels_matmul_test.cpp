@@ -147,24 +147,28 @@ TEST_CASE("a call writes only the outputs of its row range", "[kernels][matmul]"
 
 TEST_CASE("q8 matmul is bitwise identical across ISAs and equals quantise + the q8 entry",
           "[kernels][q8][determinism]") {
+  // 19 rows: a full one-token tile plus a remainder on every ISA; 1 token takes the one-token
+  // tile (activation magnitudes on the unsigned side), 13 tokens the several-token tiles.
   for (uint32_t gs : {32u, 64u}) {
     for (size_t cols : {size_t(gs), size_t(1024), size_t(2816)}) {
-      const size_t rows = 19, tokens = 13;
-      const Matrix w = make_matrix(DType::Q8, gs, rows, cols, 21);
-      const std::vector<float> x = random_floats(tokens * cols, 22, 3.0f);
-      const std::vector<float> expected = run(detail::scalar_table().matmul_rows, w, x, tokens);
-      for (const NamedTable &isa : available_tables()) {
-        INFO(isa.name << " gs=" << gs << " cols=" << cols);
-        REQUIRE(bitwise_equal(run(isa.table->matmul_rows, w, x, tokens), expected));
-        REQUIRE(bitwise_equal(run(isa.table->gemm_rows, w, x, tokens), expected));
-        // Pre-quantised activations (one quantisation shared by several matrices).
-        const size_t xrow = row_bytes(DType::Q8, gs, cols);
-        std::vector<unsigned char> xq(tokens * xrow);
-        for (size_t t = 0; t < tokens; ++t) isa.table->quantize_row_q8(x.data() + t * cols, cols, gs, xq.data() + t * xrow);
-        for (MatmulQ8Fn fn : {isa.table->matmul_rows_q8, isa.table->gemm_rows_q8}) {
-          std::vector<float> y(tokens * rows);
-          fn(w.data(), gs, cols, 0, rows, xq.data(), tokens, y.data(), rows);
-          REQUIRE(bitwise_equal(y, expected));
+      for (size_t tokens : {size_t(1), size_t(13)}) {
+        const size_t rows = 19;
+        const Matrix w = make_matrix(DType::Q8, gs, rows, cols, 21);
+        const std::vector<float> x = random_floats(tokens * cols, 22, 3.0f);
+        const std::vector<float> expected = run(detail::scalar_table().matmul_rows, w, x, tokens);
+        for (const NamedTable &isa : available_tables()) {
+          INFO(isa.name << " gs=" << gs << " cols=" << cols << " tokens=" << tokens);
+          REQUIRE(bitwise_equal(run(isa.table->matmul_rows, w, x, tokens), expected));
+          REQUIRE(bitwise_equal(run(isa.table->gemm_rows, w, x, tokens), expected));
+          // Pre-quantised activations (one quantisation shared by several matrices).
+          const size_t xrow = row_bytes(DType::Q8, gs, cols);
+          std::vector<unsigned char> xq(tokens * xrow);
+          for (size_t t = 0; t < tokens; ++t) isa.table->quantize_row_q8(x.data() + t * cols, cols, gs, xq.data() + t * xrow);
+          for (MatmulQ8Fn fn : {isa.table->matmul_rows_q8, isa.table->gemm_rows_q8}) {
+            std::vector<float> y(tokens * rows);
+            fn(w.data(), gs, cols, 0, rows, xq.data(), tokens, y.data(), rows);
+            REQUIRE(bitwise_equal(y, expected));
+          }
         }
       }
     }
