@@ -120,6 +120,16 @@ std::string make_image(const std::string &dir, const std::string &dtype) {
   return image;
 }
 
+// One decode step of sequence 0 at `position`, with a token spread over the vocabulary;
+// exits on an engine error.
+void decode_step(runtime::Session &s, size_t position, uint64_t vocab_size) {
+  const runtime::BatchEntry e{0, static_cast<uint32_t>(position), static_cast<int32_t>((position * 104729) % vocab_size), 1};
+  if (Error fe = s.forward(&e, 1)) {
+    std::fprintf(stderr, "engine_bench: %s\n", fe.message.c_str());
+    std::exit(1);
+  }
+}
+
 // Alternating measurements. The host's bandwidth drifts within seconds (a probe taken right
 // before a 1-3 s run and the run itself can see different hosts), so the figures below
 // alternate short slices of the engine and of the probe's reader (bench/probe) in one process
@@ -317,11 +327,7 @@ InterleavedDecode decode_interleaved(runtime::Session &s, const model::Model &m,
         s.reset_all();
         position = 0;
       }
-      runtime::BatchEntry e{0, static_cast<uint32_t>(position), static_cast<int32_t>((position * 104729) % c.vocab_size), 1};
-      if (Error fe = s.forward(&e, 1)) {
-        std::fprintf(stderr, "engine_bench: %s\n", fe.message.c_str());
-        std::exit(1);
-      }
+      decode_step(s, position, c.vocab_size);
       ++position;
       ++tokens;
     } while (now_s() - t0 < kSliceSeconds);
@@ -456,13 +462,7 @@ int main(int argc, char **argv) {
   auto decode = [&](size_t n) {
     s->reset_all();
     double t0 = now_s();
-    for (size_t i = 0; i < n; ++i) {
-      runtime::BatchEntry e{0, static_cast<uint32_t>(i), static_cast<int32_t>((i * 104729) % c.vocab_size), 1};
-      if (Error fe = s->forward(&e, 1)) {
-        std::fprintf(stderr, "engine_bench: %s\n", fe.message.c_str());
-        std::exit(1);
-      }
-    }
+    for (size_t i = 0; i < n; ++i) decode_step(*s, i, c.vocab_size);
     return static_cast<double>(n) / (now_s() - t0);
   };
 
