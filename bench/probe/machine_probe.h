@@ -57,8 +57,9 @@ struct ReadProbeResult {
 ReadProbeResult measure_read_bandwidth(const ReadProbeOptions &options);
 
 // Reads the n bytes at p (any alignment) with the probe's reader: the loads of `max_isa`
-// (as in ReadProbeOptions), with the 4 KiB-ahead prefetch when `prefetch`. Returns a sum of
-// the bytes' words, which the caller should use (so the reads cannot be optimised away).
+// (as in ReadProbeOptions), with the 4 KiB-ahead prefetch when `prefetch`. Returns a value
+// that depends on every byte (a wrapping sum of 64-bit words, and of single bytes at the
+// unaligned ends), which the caller should use so that the reads cannot be optimised away.
 // For comparing a kernel with a plain read of the very bytes it reads, in the same process
 // and the same second (engine_bench --moe-vs-read).
 uint64_t read_range(const void *p, size_t n, const std::string &max_isa = "", bool prefetch = true);
