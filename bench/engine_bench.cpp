@@ -365,7 +365,7 @@ int main(int argc, char **argv) {
   int reps = 3;
   kernels::Isa isa = kernels::Isa::Avx512;
   bool run_prefill = true, run_decode = true, load_into_memory = false;
-  int moe_vs_read_pairs = 0, interleave_pairs = 30;
+  int moe_vs_read_rounds = 0, interleave_pairs = 30;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -384,7 +384,7 @@ int main(int argc, char **argv) {
     else if (a == "--prefill-only") run_decode = false;
     else if (a == "--load-into-memory") load_into_memory = true;
     else if (a == "--interleave") interleave_pairs = std::max(0, std::atoi(value().c_str()));
-    else if (a == "--moe-vs-read") moe_vs_read_pairs = std::max(1, std::atoi(value().c_str()));
+    else if (a == "--moe-vs-read") moe_vs_read_rounds = std::max(1, std::atoi(value().c_str()));
     else if (a == "--isa") {
       const std::string v = value();
       if (!kernels::parse_isa(v.c_str(), &isa)) {
@@ -446,7 +446,7 @@ int main(int argc, char **argv) {
               "(a prefill runs the LM head for its last position only); threads %zu\n",
               active_bytes / 1e6, body_flops / 1e9, head_flops / 1e9, s->thread_count());
 
-  if (moe_vs_read_pairs > 0) return moe_vs_read(*s, *m, threads, moe_vs_read_pairs);
+  if (moe_vs_read_rounds > 0) return moe_vs_read(*s, *m, threads, moe_vs_read_rounds);
 
   std::vector<runtime::BatchEntry> batch(512);
   auto prefill = [&](size_t n) {
