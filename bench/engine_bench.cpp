@@ -47,9 +47,18 @@ double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock:
 struct Stats {
   double median, min, max;
 };
-Stats stats(std::vector<double> v) {
+// The q-quantile of v (0 = min, 0.5 = median, 1 = max): the nearest sorted element.
+double quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
-  return {v[v.size() / 2], v.front(), v.back()};
+  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+Stats stats(const std::vector<double> &v) { return {quantile(v, 0.5), quantile(v, 0), quantile(v, 1)}; }
+
+// KV cache bytes one decode token reads at `mean_position`: k and v rows of kv_dim fp32 values
+// per layer and position.
+double kv_bytes_per_token(const model::Model &m, double mean_position) {
+  return 2.0 * static_cast<double>(m.kv_dim()) * 4 * static_cast<double>(m.config().layer_count) * mean_position;
 }
 
 uint64_t matrix_bytes(const model::WeightMatrix &m) { return m.present() ? m.matrix_bytes : 0; }
@@ -136,13 +145,8 @@ void decode_step(runtime::Session &s, size_t position, uint64_t vocab_size) {
 // and report the median of the ratios of neighbouring slices.
 constexpr double kSliceSeconds = 0.1;
 
-double quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
-}
-
 // A pool of the engine's thread count and a buffer of the probe's default size (huge-page
-// advised, each thread's slice first touched by that thread), read in slices of about
+// advised, one slice per pool task, first touched by a pool task), read in slices of about
 // kSliceSeconds with the probe's reader; each thread continues where its previous slice
 // stopped. The same pool reads any other bytes on request (read_range).
 class SliceReader {
@@ -333,9 +337,8 @@ InterleavedDecode decode_interleaved(runtime::Session &s, const model::Model &m,
     } while (now_s() - t0 < kSliceSeconds);
     return static_cast<double>(tokens) / (now_s() - t0);
   };
-  // KV reads at the mean position of the cycle: 2 (k, v) · kv_dim · 4 bytes · layers · mean.
-  const double bytes_per_token =
-      active_bytes + 2.0 * static_cast<double>(m.kv_dim()) * 4 * static_cast<double>(c.layer_count) * (kPositions - 1) / 2.0;
+  // KV reads at the mean position of the cycle.
+  const double bytes_per_token = active_bytes + kv_bytes_per_token(m, (kPositions - 1) / 2.0);
   s.reset_all();
   decode_slice();  // warm-up of both sides
   reader.probe_slice();
@@ -534,8 +537,8 @@ int main(int argc, char **argv) {
   paired.repetitions = 3;
   for (size_t n : {64, 128}) {
     if (!run_decode) break;
-    // KV reads at the mean position: 2 (k, v) · kv_dim · 4 bytes · layers · n/2 positions.
-    const double kv = 2.0 * static_cast<double>(m->kv_dim()) * 4 * static_cast<double>(c.layer_count) * static_cast<double>(n) / 2;
+    // KV reads at the mean position of the run, n/2.
+    const double kv = kv_bytes_per_token(*m, static_cast<double>(n) / 2);
     const double bytes_per_token = static_cast<double>(active_bytes) + kv;
     std::vector<double> r, bw, pct;
     for (int i = 0; i < reps; ++i) {
