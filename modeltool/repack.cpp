@@ -185,6 +185,13 @@ Error convert_tensor(const image::Image &img, const image::TensorInfo &t, image:
     if (t.dtype == image::DType::Q8) image::dequantize_row_q8(row, cols, t.group_size, values.data());
     else image::decode_floats(t.dtype, row, cols, values.data());
     if (target == image::DType::Q8) {
+      const size_t bad = image::first_non_finite(values.data(), cols);
+      if (bad != cols)
+        return make_error(ErrorKind::NonFinite,
+                          strprintf("tensor '%s' holds %g at row %llu, column %zu: q8 cannot store NaN or infinity. "
+                                    "Repack to --dtype f16, bf16 or f32 instead",
+                                    t.name.c_str(), static_cast<double>(values[bad]),
+                                    static_cast<unsigned long long>(r), bad));
       float err = image::quantize_row_q8(values.data(), cols, group, encoded.data(), &max_scale);
       report->max_abs_error = std::max<double>(report->max_abs_error, err);
     } else {

@@ -55,28 +55,29 @@ void encode_floats(DType dtype, const float *src, size_t count, void *dst) {
   }
 }
 
+// q8: the kernels' quantiser (scalar table) writes the bytes, so the converter, repack and the
+// engine's activation quantisation follow one definition of docs/format.md's rule (x / scale,
+// round half away from zero). It used to be a second implementation here that multiplied by
+// 1 / scale, which rounds differently when x / scale lies within an ulp of a half.
 float quantize_row_q8(const float *src, size_t cols, uint32_t group_size, void *dst, float *max_scale) {
-  unsigned char *out = static_cast<unsigned char *>(dst);
+  kernels::kernel_table(kernels::Isa::Scalar).quantize_row_q8(src, cols, group_size, dst);
+  const unsigned char *block = static_cast<const unsigned char *>(dst);
   float worst = 0.0f;
-  for (size_t g = 0; g < cols / group_size; ++g) {
-    const float *x = src + g * group_size;
-    float amax = 0.0f;
-    for (uint32_t i = 0; i < group_size; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-    float scale = amax / 127.0f;
-    float inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
-    std::memcpy(out, &scale, 4);
-    int8_t *q = reinterpret_cast<int8_t *>(out + 4);
-    for (uint32_t i = 0; i < group_size; ++i) {
-      float r = std::round(x[i] * inverse);  // round half away from zero
-      if (r > 127.0f) r = 127.0f;
-      if (r < -127.0f) r = -127.0f;
-      q[i] = static_cast<int8_t>(r);
-      worst = std::fmax(worst, std::fabs(x[i] - scale * static_cast<float>(q[i])));
-    }
+  for (size_t g = 0; g < cols / group_size; ++g, block += q8_block_bytes(group_size)) {
+    float scale;
+    std::memcpy(&scale, block, 4);
+    const int8_t *q = reinterpret_cast<const int8_t *>(block + 4);
+    for (uint32_t i = 0; i < group_size; ++i)
+      worst = std::fmax(worst, std::fabs(src[g * group_size + i] - scale * static_cast<float>(q[i])));
     if (max_scale && scale > *max_scale) *max_scale = scale;
-    out += q8_block_bytes(group_size);
   }
   return worst;
+}
+
+size_t first_non_finite(const float *src, size_t count) {
+  for (size_t i = 0; i < count; ++i)
+    if (!std::isfinite(src[i])) return i;
+  return count;
 }
 
 void dequantize_row_q8(const void *src, size_t cols, uint32_t group_size, float *dst) {

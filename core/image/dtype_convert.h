@@ -22,9 +22,14 @@ void decode_floats(DType dtype, const void *src, size_t count, float *dst);
 void encode_floats(DType dtype, const float *src, size_t count, void *dst);
 
 // Quantises one row of `cols` floats (cols % group_size == 0) into Q8 blocks
-// {f32 scale; int8 q[group_size]}. Returns the largest absolute rounding error and stores
-// the largest scale seen in *max_scale (the error bound is max_scale / 2).
+// {f32 scale; int8 q[group_size]} with docs/format.md's rule (scale = max|x| / 127,
+// q = round half away from zero of x / scale). Returns the largest absolute rounding error and
+// stores the largest scale seen in *max_scale (the error bound is max_scale / 2).
+// q8 cannot represent NaN or infinity: callers refuse such rows first (first_non_finite); a
+// group holding one gets a NaN scale (the kernels' activation rule).
 float quantize_row_q8(const float *src, size_t cols, uint32_t group_size, void *dst, float *max_scale);
+// Index of the first NaN or infinity in src[0, count), or count when all are finite.
+size_t first_non_finite(const float *src, size_t count);
 // Dequantises one Q8 row back to floats.
 void dequantize_row_q8(const void *src, size_t cols, uint32_t group_size, float *dst);
 

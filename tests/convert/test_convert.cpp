@@ -4,6 +4,8 @@
 // cause and leaves no output behind.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <fstream>
+#include <limits>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -17,6 +19,7 @@
 #include "model/config.h"
 #include "util/strings.h"
 #include "model/tensor_names.h"
+#include "modeltool/commands.h"
 
 using namespace colibri;
 using Catch::Contains;
@@ -492,4 +495,65 @@ TEST_CASE("an existing output needs --force, and an input is never the output", 
   e = testing::convert(dir / "hf", dir / "hf/config.json", std::nullopt, 32, true);
   CHECK_THAT(e.message, Contains("is the same file as the input"));
   CHECK(testing::read_text(shard) == before);
+}
+
+namespace {
+// Overwrites element `index` of F32 tensor `name` in the safetensors file at `path`.
+void poke_f32(const std::string &path, const std::string &name, uint64_t index, float value) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  REQUIRE(f);
+  uint64_t header_bytes = 0;
+  f.read(reinterpret_cast<char *>(&header_bytes), 8);
+  std::string header(header_bytes, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(header_bytes));
+  const json h = json::parse(header);
+  REQUIRE(h.contains(name));
+  REQUIRE(h[name]["dtype"] == "F32");
+  const uint64_t offset = 8 + header_bytes + h[name]["data_offsets"][0].get<uint64_t>() + index * 4;
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(reinterpret_cast<const char *>(&value), 4);
+  REQUIRE(f);
+}
+}  // namespace
+
+TEST_CASE("a NaN or infinity in a checkpoint: q8 refuses and names the element, float dtypes keep it", "[convert]") {
+  ScopedTempDir dir("nonfinite");
+  SyntheticCheckpointSpec s;
+  s.expert_ffn = 32;  // every row a multiple of the q8 group
+  const std::string tensor = "model.layers.1.block_sparse_moe.experts.2.w3.weight";  // [32, 32]
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    INFO("value " << bad);
+    std::filesystem::remove_all(dir / "hf");
+    REQUIRE_FALSE(testing::write_synthetic_checkpoint(dir / "hf", s));
+    poke_f32(dir / "hf/model.safetensors", tensor, 5 * 32 + 7, bad);  // row 5, column 7
+
+    const std::string q8 = dir / "q8.colibri";
+    Error e = testing::convert(dir / "hf", q8, image::DType::Q8);
+    REQUIRE(e);
+    CHECK(e.kind == ErrorKind::NonFinite);
+    CHECK_THAT(e.message, Contains(tensor));
+    CHECK_THAT(e.message, Contains("row 5, column 7"));
+    CHECK_THAT(e.message, Contains("--dtype f16"));
+    CHECK_FALSE(std::filesystem::exists(q8));  // nothing half-written left behind
+
+    // f16 stores the value as it is (the engine's non-finite guard reports it at run time).
+    REQUIRE_FALSE(testing::convert(dir / "hf", dir / "f16.colibri", image::DType::F16, 32, true));
+    auto img = testing::open_image(dir / "f16.colibri");
+    const image::TensorInfo *up = img->find("blk.1.ffn_up_exps");
+    REQUIRE(up != nullptr);
+    const std::vector<float> values = testing::image_values(*img, *up);
+    const float stored = values[2 * 32 * 32 + 5 * 32 + 7];
+    if (std::isnan(bad)) CHECK(std::isnan(stored));
+    else CHECK(stored == bad);
+
+    // repack of that image to q8 refuses in the same way (exit 1, as verify --deep).
+    const std::string repacked = dir / "repacked.colibri";
+    std::vector<std::string> args = {"repack", dir / "f16.colibri", repacked, "--dtype", "q8"};
+    std::vector<char *> argv;
+    for (std::string &a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    CHECK(modeltool::run_repack(static_cast<int>(args.size()), argv.data()) == modeltool::kExitCorrupt);
+    CHECK_FALSE(std::filesystem::exists(repacked));
+  }
 }

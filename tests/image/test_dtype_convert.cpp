@@ -5,9 +5,12 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
+#include <vector>
 
 #include "image/dtype_convert.h"
+#include "kernels/cpu/kernels.h"
 
 using namespace colibri::image;
 
@@ -125,4 +128,54 @@ TEST_CASE("q8 quantisation error is at most scale/2 and dequantises back", "[dty
   dequantize_row_q8(q.data(), 32, 32, back.data());
   CHECK(back[0] == -127.0f * scale);
   CHECK(back[1] == -127.0f * scale);
+}
+
+TEST_CASE("q8: the image quantiser divides by the scale (format.md) and writes the kernels' bytes", "[dtype]") {
+  // Groups where x / scale and x · (1 / scale) round to different integers: x / scale lies
+  // within an ulp of a half (found by search; the first element sets the scale).
+  struct Pair { float amax, x; int q; };
+  const Pair pairs[] = {{0x1.1de2a8p+7f, 0x1.063fcap+7f, 116}, {0x1.917192p+7f, 0x1.2921aap+5f, 23},
+                        {0x1.5fa17ep+6f, 0x1.0f565p+4f, 25}, {0x1.e4609ep+6f, 0x1.054238p+6f, 68}};
+  const uint32_t group = 32;
+  std::vector<float> x(group * 4, 0.0f);
+  for (size_t g = 0; g < 4; ++g) {
+    x[g * group] = pairs[g].amax;
+    x[g * group + 1] = pairs[g].x;
+    x[g * group + 2] = -pairs[g].x;
+  }
+  std::vector<unsigned char> image_q(row_bytes(DType::Q8, group, x.size()));
+  quantize_row_q8(x.data(), x.size(), group, image_q.data(), nullptr);
+  for (size_t g = 0; g < 4; ++g) {
+    const unsigned char *block = image_q.data() + g * q8_block_bytes(group);
+    float scale;
+    std::memcpy(&scale, block, 4);
+    INFO("group " << g);
+    CHECK(std::round(pairs[g].x / scale) == float(pairs[g].q));
+    CHECK(static_cast<int8_t>(block[4 + 1]) == pairs[g].q);
+    CHECK(static_cast<int8_t>(block[4 + 2]) == -pairs[g].q);
+  }
+  // The same bytes as the kernels' activation quantiser, on these groups and on random rows.
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  std::vector<float> random_row(64 * 64);
+  for (float &v : random_row) v = normal(rng);
+  for (const std::vector<float> *row : {&x, &random_row}) {
+    std::vector<unsigned char> a(row_bytes(DType::Q8, group, row->size())), b(a.size(), 0xAB);
+    quantize_row_q8(row->data(), row->size(), group, a.data(), nullptr);
+    colibri::kernels::kernel_table(colibri::kernels::Isa::Scalar).quantize_row_q8(row->data(), row->size(), group, b.data());
+    CHECK(a == b);
+  }
+}
+
+TEST_CASE("q8: first_non_finite finds NaN and infinities", "[dtype]") {
+  std::vector<float> v(40, 1.0f);
+  CHECK(first_non_finite(v.data(), v.size()) == v.size());
+  CHECK(first_non_finite(v.data(), 0) == 0);
+  v[17] = std::numeric_limits<float>::infinity();
+  CHECK(first_non_finite(v.data(), v.size()) == 17);
+  v[3] = std::nanf("");
+  CHECK(first_non_finite(v.data(), v.size()) == 3);
+  v[3] = 3.4e38f;
+  v[17] = -std::numeric_limits<float>::infinity();
+  CHECK(first_non_finite(v.data(), v.size()) == 17);
 }
