@@ -2,6 +2,7 @@
 // model's options), free, info, reset, prefill / decode / batch, logits, the layer-level MoE
 // call, the per-expert callback, and the stats.
 #include <algorithm>
+#include <cstddef>
 
 #include "capi/internal.h"
 #include "runtime/stats.h"
@@ -11,7 +12,8 @@ using namespace colibri;
 
 namespace {
 
-constexpr size_t kSessionOptionsAbi1 = sizeof(colibri_session_options);
+// The first ABI-1 struct ended before max_isa (appended); such callers get AUTO.
+constexpr size_t kSessionOptionsAbi1 = offsetof(colibri_session_options, max_isa);
 constexpr size_t kSessionInfoAbi1 = sizeof(colibri_session_info);
 constexpr size_t kStatsAbi1 = sizeof(colibri_stats);
 
@@ -30,6 +32,7 @@ colibri_session_options default_session_options() {
   o.seed = 0;
   o.numa_policy = COLIBRI_NUMA_DEFAULT;
   o.numa_node = 0;
+  o.max_isa = COLIBRI_ISA_AUTO;
   return o;
 }
 
@@ -118,6 +121,8 @@ COLIBRI_API int32_t colibri_session_create(colibri_model *model, const colibri_s
                         "colibri_session_options.non_finite_policy " + std::to_string(o.non_finite_policy) +
                             " is not a COLIBRI_NON_FINITE_* value (0..2)");
     COLIBRI_REQUIRE_ARG(o.force_scalar <= 1, "colibri_session_options.force_scalar must be 0 or 1");
+    COLIBRI_REQUIRE_ARG(o.max_isa <= COLIBRI_ISA_AVX512, "colibri_session_options.max_isa " + std::to_string(o.max_isa) +
+                                                             " is not a COLIBRI_ISA_* value (0..3)");
     COLIBRI_REQUIRE_ARG(o.numa_policy <= COLIBRI_NUMA_INTERLEAVE, "colibri_session_options.numa_policy " +
                                                                       std::to_string(o.numa_policy) +
                                                                       " is not a COLIBRI_NUMA_* value (0..3)");
@@ -144,7 +149,9 @@ COLIBRI_API int32_t colibri_session_create(colibri_model *model, const colibri_s
     so.max_logit_rows = o.max_logit_rows;
     so.threads = o.threads ? o.threads : mo.threads;
     so.pin_threads = pin == COLIBRI_PIN_ON;
-    so.force_scalar = o.force_scalar != 0;
+    so.force_scalar = o.force_scalar != 0 || o.max_isa == COLIBRI_ISA_SCALAR;
+    if (o.max_isa == COLIBRI_ISA_AVX2) so.max_isa = kernels::Isa::Avx2;
+    if (o.max_isa == COLIBRI_ISA_AVX512) so.max_isa = kernels::Isa::Avx512;
     so.non_finite = non_finite == COLIBRI_NON_FINITE_ZERO ? runtime::NonFinitePolicy::Zero : runtime::NonFinitePolicy::Error;
     so.kv_dtype = o.kv_dtype == COLIBRI_DTYPE_F16 ? runtime::KvDtype::F16 : runtime::KvDtype::F32;
     so.numa = capi::numa_policy(numa, numa_node);

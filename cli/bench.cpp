@@ -79,7 +79,8 @@ std::string format_bytes(double v) {
 
 class Bench {
  public:
-  Bench(colibri_model *model, const colibri_model_info &info, uint32_t kv_dtype) : model_(model), info_(info), kv_dtype_(kv_dtype) {}
+  Bench(colibri_model *model, const colibri_model_info &info, uint32_t kv_dtype, uint32_t max_isa)
+      : model_(model), info_(info), kv_dtype_(kv_dtype), max_isa_(max_isa) {}
 
   SessionPtr make_session(uint32_t threads, size_t context, size_t batch) {
     colibri_session_options o;
@@ -88,6 +89,7 @@ class Bench {
     o.context_length = static_cast<uint32_t>(context);
     o.max_batch_tokens = static_cast<uint32_t>(batch);
     o.kv_dtype = kv_dtype_;
+    o.max_isa = max_isa_;
     colibri_session *raw = nullptr;
     check_api(colibri_session_create(model_, &o, &raw), "session (" + std::to_string(threads) + " threads)");
     return SessionPtr(raw);
@@ -137,6 +139,7 @@ class Bench {
   colibri_model *model_;
   const colibri_model_info &info_;
   uint32_t kv_dtype_;
+  uint32_t max_isa_;
   std::vector<int32_t> prompt_;
 };
 
@@ -188,7 +191,7 @@ int bench_command(int argc, char **argv) {
   const std::string path = resolve_model_path(model_flags);
   colibri_model_info info = model_info(model.get());
   const uint32_t kv_dtype = flags.count("kv-f16") ? COLIBRI_DTYPE_F16 : COLIBRI_DTYPE_F32;
-  Bench bench(model.get(), info, kv_dtype);
+  Bench bench(model.get(), info, kv_dtype, model_flags.max_isa);
   size_t longest = 1, longest_prompt = 1;
   for (int64_t p : prompt_lengths) longest_prompt = std::max(longest_prompt, static_cast<size_t>(p));
   for (int64_t n : gen_lengths) longest = std::max(longest, static_cast<size_t>(n));

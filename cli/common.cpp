@@ -114,7 +114,10 @@ void add_model_flags(cxxopts::Options &options, FlagSet set) {
       ("populate", "fault every weight page in at open (MAP_POPULATE)")
       ("load-into-memory", "copy the image into huge-page memory at open instead of serving the weights from the file "
                            "mapping: a few percent faster decode, costs a read of the file and its size in private memory")
-      ("verify", "check every tensor's checksum at open (reads the whole file)");
+      ("verify", "check every tensor's checksum at open (reads the whole file)")
+      ("isa", "widest CPU kernels: auto (the best the CPU has), avx512, avx2 or scalar. One level gives the same bits "
+              "on every CPU that has it; levels differ in the last bits of the logits",
+       cxxopts::value<std::string>()->default_value("auto"), "ISA");
 }
 
 ModelFlags read_model_flags(const cxxopts::ParseResult &result, FlagSet set) {
@@ -140,6 +143,12 @@ ModelFlags read_model_flags(const cxxopts::ParseResult &result, FlagSet set) {
   flags.populate = result.count("populate") > 0;
   flags.load_into_memory = result.count("load-into-memory") > 0;
   flags.verify = result.count("verify") > 0;
+  const std::string isa = result["isa"].as<std::string>();
+  if (isa == "auto") flags.max_isa = COLIBRI_ISA_AUTO;
+  else if (isa == "avx512") flags.max_isa = COLIBRI_ISA_AVX512;
+  else if (isa == "avx2") flags.max_isa = COLIBRI_ISA_AVX2;
+  else if (isa == "scalar") flags.max_isa = COLIBRI_ISA_SCALAR;
+  else fail_usage("--isa must be auto, avx512, avx2 or scalar, got '" + isa + "'");
   return flags;
 }
 

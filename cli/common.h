@@ -62,10 +62,11 @@ struct ModelFlags {
   bool populate = false;
   bool load_into_memory = false;
   bool verify = false;
+  uint32_t max_isa = COLIBRI_ISA_AUTO;  // --isa: the sessions' kernel cap (a session option)
 };
 
 enum class FlagSet { ImageOnly, Full, FullWithoutThreads };
-// Adds -m and (Full) --threads, --numa, --mlock, --populate, --load-into-memory, --verify to `options`.
+// Adds -m and (Full) --threads, --numa, --mlock, --populate, --load-into-memory, --verify, --isa to `options`.
 void add_model_flags(cxxopts::Options &options, FlagSet set);
 ModelFlags read_model_flags(const cxxopts::ParseResult &result, FlagSet set);
 // Parses a --threads value (1..1024, the library's range).

@@ -290,6 +290,7 @@ int run_command(int argc, char **argv) {
   session_options.context_length = context_length;
   session_options.kv_dtype = flags.count("kv-f16") ? COLIBRI_DTYPE_F16 : COLIBRI_DTYPE_F32;
   session_options.seed = seed;
+  session_options.max_isa = model_flags.max_isa;
   colibri_session *raw_session = nullptr;
   check_api(colibri_session_create(model.get(), &session_options, &raw_session), "session");
   SessionPtr session(raw_session);

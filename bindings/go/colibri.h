@@ -223,6 +223,16 @@ COLIBRI_API const char *colibri_dtype_name(uint32_t dtype);
 #define COLIBRI_NUMA_BIND 2       /* weights (model) / worker threads (session) on numa_node */
 #define COLIBRI_NUMA_INTERLEAVE 3 /* weight pages interleaved over all nodes; threads free */
 
+/* The widest CPU instruction set a session's kernels may use (colibri_session_options.max_isa).
+ * The kernels of one level give the same bits on every CPU that has it, but two levels differ
+ * in the last bits (logits within ~1e-5, docs/numerics.md): a fleet that wants identical outputs
+ * on AVX2 and AVX-512 machines caps every session at AVX2. A cap above what the CPU has gives
+ * the best level it has; colibri_session_info.backend names the level in use. */
+#define COLIBRI_ISA_AUTO 0   /* the best the CPU has */
+#define COLIBRI_ISA_SCALAR 1 /* portable C++, any x86-64 (the same as force_scalar = 1) */
+#define COLIBRI_ISA_AVX2 2   /* AVX2 + FMA + F16C */
+#define COLIBRI_ISA_AVX512 3 /* AVX-512 F/BW/VL/DQ (and VNNI for q8 where present) */
+
 /* Why a generation ended. */
 #define COLIBRI_FINISH_NONE 0      /* still running */
 #define COLIBRI_FINISH_LENGTH 1    /* max_tokens generated */
@@ -471,6 +481,9 @@ typedef struct colibri_session_options {
   uint32_t numa_policy;       /* COLIBRI_NUMA_*: BIND runs the worker threads on numa_node's
                                  CPUs. Default: the model's policy and node */
   uint32_t numa_node;         /* the node of COLIBRI_NUMA_BIND */
+  uint32_t max_isa;           /* COLIBRI_ISA_*: the widest instruction set the kernels may use.
+                                 Default AUTO (an appended field: a struct_size without it is
+                                 still accepted and means AUTO) */
 } colibri_session_options;
 
 /* Fills *options with the defaults (pass sizeof *options). Thread-safe. */

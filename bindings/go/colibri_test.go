@@ -266,6 +266,63 @@ func TestLoadIntoMemory(t *testing.T) {
 	}
 }
 
+// MaxISA caps the kernels: the backend is the cap or the CPU's best below it, the scalar cap
+// gives ForceScalar's bits, and every level stays within 1e-4 of the others.
+func TestMaxISA(t *testing.T) {
+	m := openModel(t)
+	run := func(opts SessionOptions) (string, []float32) {
+		opts.ContextLength = 64
+		opts.Threads = 2
+		s, err := m.NewSession(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		info, err := s.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Prefill(0, fixture.oracle.InputIDs); err != nil {
+			t.Fatal(err)
+		}
+		logits, err := s.Logits(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.Backend, append([]float32(nil), logits...)
+	}
+	rank := map[string]uint32{"cpu-scalar": ISAScalar, "cpu-avx2": ISAAVX2, "cpu-avx512": ISAAVX512}
+	bestName, best := run(SessionOptions{})
+	for _, isa := range []uint32{ISAScalar, ISAAVX2, ISAAVX512} {
+		name, logits := run(SessionOptions{MaxISA: isa})
+		want := isa
+		if rank[bestName] < want {
+			want = rank[bestName]
+		}
+		if rank[name] != want {
+			t.Errorf("MaxISA %d: backend %s, want level %d", isa, name, want)
+		}
+		for i := range logits {
+			if d := math.Abs(float64(logits[i] - best[i])); d > 1e-4 {
+				t.Fatalf("MaxISA %d: logit %d differs from %s by %g", isa, i, bestName, d)
+			}
+		}
+	}
+	scalarName, scalar := run(SessionOptions{MaxISA: ISAScalar})
+	forcedName, forced := run(SessionOptions{ForceScalar: true})
+	if scalarName != "cpu-scalar" || forcedName != "cpu-scalar" {
+		t.Fatalf("backends %s, %s", scalarName, forcedName)
+	}
+	for i := range scalar {
+		if math.Float32bits(scalar[i]) != math.Float32bits(forced[i]) {
+			t.Fatalf("logit %d: ISAScalar %v, ForceScalar %v", i, scalar[i], forced[i])
+		}
+	}
+	if _, err := m.NewSession(SessionOptions{MaxISA: 9}); err == nil || !strings.Contains(err.Error(), "max_isa") {
+		t.Fatalf("MaxISA 9: %v", err)
+	}
+}
+
 func streamAll(t *testing.T, s *Session, prompt []int32, opts GenerateOptions) ([]int32, string) {
 	t.Helper()
 	st, err := s.StreamTokens(prompt, opts)

@@ -28,7 +28,19 @@ type SessionOptions struct {
 	Seed            uint64 // default sampling seed of this session's generations
 	NUMAPolicy      uint32 // NUMADefault, NUMAOff, NUMABind, NUMAInterleave
 	NUMANode        int
+	MaxISA          uint32 // ISAAuto (default), ISAScalar, ISAAVX2, ISAAVX512: the widest kernels
 }
+
+// Kernel instruction-set caps for SessionOptions.MaxISA (colibri.h COLIBRI_ISA_*). One level
+// gives the same bits on every CPU that has it; levels differ in the last bits of the logits,
+// so a fleet of AVX2 and AVX-512 machines that wants identical outputs uses ISAAVX2. A cap
+// above what the CPU has gives its best level (SessionInfo.Backend says which).
+const (
+	ISAAuto   = C.COLIBRI_ISA_AUTO
+	ISAScalar = C.COLIBRI_ISA_SCALAR
+	ISAAVX2   = C.COLIBRI_ISA_AVX2
+	ISAAVX512 = C.COLIBRI_ISA_AVX512
+)
 
 // Session is a KV cache plus the scratch memory and threads to run the model. It is used by
 // one goroutine at a time; sessions of one model run concurrently.
@@ -66,6 +78,7 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 	}
 	setIf(&options.numa_policy, int(opts.NUMAPolicy))
 	setIf(&options.numa_node, opts.NUMANode)
+	setIf(&options.max_isa, int(opts.MaxISA))
 
 	// The read lock: sessions are created concurrently; Close (write lock) waits.
 	m.mu.RLock()

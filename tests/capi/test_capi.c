@@ -822,6 +822,85 @@ static void test_kv_f16(colibri_model *model) {
   colibri_session_free(session);
 }
 
+/* max_isa caps the kernels: the backend is min(cap, the CPU's best); one cap gives the same bits
+ * every time, SCALAR equals force_scalar, levels agree within the numerics bound; a value out
+ * of range and the ABI-1 struct (without the field) are handled. */
+static int isa_rank(const char *backend) {
+  if (strcmp(backend, "cpu-scalar") == 0) return COLIBRI_ISA_SCALAR;
+  if (strcmp(backend, "cpu-avx2") == 0) return COLIBRI_ISA_AVX2;
+  if (strcmp(backend, "cpu-avx512") == 0) return COLIBRI_ISA_AVX512;
+  return -1;
+}
+
+static int isa_session_logits(colibri_model *model, size_t struct_size, uint32_t max_isa, uint32_t force_scalar,
+                              float *out, int *rank) {
+  unsigned char bytes[sizeof(colibri_session_options)];
+  colibri_session_options *so = (colibri_session_options *)(void *)bytes;
+  colibri_session *session = NULL;
+  colibri_session_info info;
+  const float *logits = NULL;
+  size_t vocab = 0;
+  memset(bytes, 0, sizeof bytes);
+  CHECK_OK(colibri_session_options_init(so, struct_size));
+  so->context_length = 64;
+  so->threads = 2;
+  so->force_scalar = force_scalar;
+  if (struct_size == sizeof *so) so->max_isa = max_isa;
+  if (colibri_session_create(model, so, &session) != COLIBRI_OK || !session) return 0;
+  info.struct_size = sizeof info;
+  CHECK_OK(colibri_session_get_info(session, &info));
+  *rank = isa_rank(info.backend);
+  CHECK_OK(colibri_session_prefill(session, 0, kInputIds, INPUT_COUNT));
+  CHECK_OK(colibri_session_logits(session, 0, &logits, &vocab, NULL));
+  CHECK(vocab == 512);
+  if (logits) memcpy(out, logits, 512 * sizeof(float));
+  colibri_session_free(session);
+  return logits != NULL;
+}
+
+static void test_max_isa(colibri_model *model) {
+  static float auto_logits[512], capped[512], again[512];
+  int best = 0, rank = 0, rank2 = 0;
+  uint32_t cap;
+  size_t v;
+  colibri_session_options so;
+  colibri_session *session = NULL;
+  CHECK_OK(colibri_session_options_init(&so, sizeof so));
+  CHECK(so.max_isa == COLIBRI_ISA_AUTO);
+  CHECK(isa_session_logits(model, sizeof so, COLIBRI_ISA_AUTO, 0, auto_logits, &best));
+  CHECK(best >= COLIBRI_ISA_SCALAR);
+  for (cap = COLIBRI_ISA_SCALAR; cap <= COLIBRI_ISA_AVX512; ++cap) {
+    double max_diff = 0;
+    CHECK(isa_session_logits(model, sizeof so, cap, 0, capped, &rank));
+    CHECK(rank == ((int)cap < best ? (int)cap : best));
+    CHECK(isa_session_logits(model, sizeof so, cap, 0, again, &rank2));
+    CHECK(rank2 == rank && memcmp(capped, again, sizeof capped) == 0);
+    for (v = 0; v < 512; ++v) {
+      double d = fabs((double)capped[v] - (double)auto_logits[v]);
+      if (d > max_diff) max_diff = d;
+    }
+    CHECK(max_diff < 1e-4);
+    if (rank == best) CHECK(memcmp(capped, auto_logits, sizeof capped) == 0);
+  }
+  /* SCALAR is force_scalar. */
+  CHECK(isa_session_logits(model, sizeof so, COLIBRI_ISA_SCALAR, 0, capped, &rank));
+  CHECK(isa_session_logits(model, sizeof so, COLIBRI_ISA_AUTO, 1, again, &rank2));
+  CHECK(rank == COLIBRI_ISA_SCALAR && rank2 == COLIBRI_ISA_SCALAR && memcmp(capped, again, sizeof capped) == 0);
+  /* The ABI-1 struct, which ends before max_isa: accepted, AUTO. */
+  CHECK(isa_session_logits(model, offsetof(colibri_session_options, max_isa), 0, 0, capped, &rank));
+  CHECK(rank == best && memcmp(capped, auto_logits, sizeof capped) == 0);
+  /* Out of range: INVALID_ARGUMENT naming the field. */
+  so.max_isa = COLIBRI_ISA_AVX512 + 1;
+  session = (colibri_session *)1;
+  CHECK_STATUS(colibri_session_create(model, &so, &session), COLIBRI_ERROR_INVALID_ARGUMENT);
+  CHECK(session == NULL);
+  {
+    char message[256];
+    colibri_last_error(message, sizeof message, NULL);
+    CHECK(strstr(message, "max_isa") != NULL);
+  }
+}
+
 struct log_capture {
   int count;
   int min_seen;
@@ -923,6 +1002,7 @@ int main(int argc, char **argv) {
   test_seeded_generation(model);
   test_moe_layer(model);
   test_kv_f16(model);
+  test_max_isa(model);
   test_load_into_memory(model);
   colibri_model_close(model);
   test_non_finite_policy();

@@ -178,6 +178,9 @@ TEST_CASE("usage errors exit 2 with a message that names the problem", "[cli][us
   CHECK(colibri("run -p hi stray").exit_code == 2);
   CHECK(colibri("run -p hi --temp nan").exit_code == 2);
   CHECK(colibri("run -p hi --numa bind:x").exit_code == 2);
+  Run isa = colibri("run -p hi --isa sse");
+  CHECK(isa.exit_code == 2);
+  CHECK_THAT(isa.err, Contains("--isa must be auto, avx512, avx2 or scalar, got 'sse'"));
   CHECK(colibri("logits --tokens 1,2").exit_code == 2);          // no -o
   CHECK(colibri("logits -o x.npy --tokens 1,,2").exit_code == 2);  // bad list
   CHECK(colibri("perplexity").exit_code == 2);
@@ -392,6 +395,23 @@ TEST_CASE("chat keeps a conversation on stdin with the model's template", "[cli]
   REQUIRE(chat.exit_code == 0);
   CHECK(std::count(chat.out.begin(), chat.out.end(), '\n') == 2);
   CHECK_THAT(chat.err, Contains("2 turns") && Contains("conversation cleared"));
+}
+
+TEST_CASE("the --isa flag caps the kernels of the sessions a command creates", "[cli][isa]") {
+  Run scalar = colibri("bench -p 16 -n 0 -r 1 -t 1 --json --probe-mib 16 --isa scalar");
+  REQUIRE(scalar.exit_code == 0);
+  CHECK(json::parse(scalar.out)["backend"] == "cpu-scalar");
+  // The scalar kernels' logits agree with the oracle as closely as the default ones.
+  const json oracle = read_json(kOracleDir + "/oracle.json");
+  const std::vector<int> ids = oracle["input_ids"];
+  const size_t vocab = oracle["logits_shape"][1];
+  const std::vector<float> expected = read_f32(kOracleDir + "/logits.bin");
+  const std::string dir = temp_dir();
+  Run r = colibri("logits -m " + oracle_image() + " --tokens " + join(ids) + " --isa scalar -o " + dir + "/s.npy");
+  REQUIRE(r.exit_code == 0);
+  Npy npy = read_npy(dir + "/s.npy");
+  REQUIRE(npy.values.size() == vocab);
+  for (size_t i = 0; i < vocab; ++i) CHECK(std::fabs(npy.values[i] - expected[(ids.size() - 1) * vocab + i]) < 1e-4);
 }
 
 TEST_CASE("bench --json parses and has the table's fields", "[cli][bench]") {

@@ -458,6 +458,31 @@ impl Numa {
     }
 }
 
+/// The widest CPU instruction set a session's kernels may use ([`SessionOptions::max_isa`]).
+/// One level gives the same bits on every CPU that has it; levels differ in the last bits of
+/// the logits, so a fleet of AVX2 and AVX-512 machines that wants identical outputs caps every
+/// session at [`Isa::Avx2`]. A cap above what the CPU has gives its best level
+/// ([`SessionInfo::backend`] says which).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// Portable scalar kernels (the same as `force_scalar`).
+    Scalar,
+    /// AVX2 + FMA + F16C.
+    Avx2,
+    /// AVX-512 (and VNNI for q8 where present).
+    Avx512,
+}
+
+impl Isa {
+    fn raw(self) -> u32 {
+        match self {
+            Isa::Scalar => sys::COLIBRI_ISA_SCALAR,
+            Isa::Avx2 => sys::COLIBRI_ISA_AVX2,
+            Isa::Avx512 => sys::COLIBRI_ISA_AVX512,
+        }
+    }
+}
+
 fn pin_raw(pin: bool) -> u32 {
     if pin {
         sys::COLIBRI_PIN_ON
@@ -884,6 +909,7 @@ impl Model {
             if let Some(n) = options.numa {
                 (o.numa_policy, o.numa_node) = n.raw();
             }
+            set(&mut o.max_isa, options.max_isa.map(Isa::raw));
             let mut raw = ptr::null_mut();
             self.lib().check((f.session_create)(self.raw(), &o, &mut raw))?;
             let raw = NonNull::new(raw).ok_or_else(|| Error::new(Status::INTERNAL, "session_create returned NULL"))?;
@@ -974,6 +1000,8 @@ pub struct SessionOptions {
     /// Default sampling seed of this session's generations (default 0).
     pub seed: Option<u64>,
     pub numa: Option<Numa>,
+    /// Cap on the kernels' instruction set (default: the best the CPU has).
+    pub max_isa: Option<Isa>,
 }
 
 /// A KV cache plus the scratch memory and threads to run the model: `Send`, not `Sync`.

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 
 use colibri::{
-    DetokenizeFlags, Error, GenerateOptions, Library, LogLevel, Model, ModelOptions, SamplerOptions, Session,
+    DetokenizeFlags, Error, GenerateOptions, Isa, Library, LogLevel, Model, ModelOptions, SamplerOptions, Session,
     SessionOptions, Status, TokenizeFlags,
 };
 
@@ -220,6 +220,35 @@ fn load_into_memory_gives_the_mapped_bits() {
     let (la, lb) = (a.logits(0).unwrap().to_vec(), b.logits(0).unwrap());
     assert_eq!(la.len(), lb.len());
     assert!(la.iter().zip(lb).all(|(x, y)| x.to_bits() == y.to_bits()), "loaded logits differ from mapped");
+}
+
+#[test]
+fn max_isa_caps_the_kernels() {
+    let Some(fx) = fixture() else { return };
+    let model = open(fx);
+    let run = |max_isa: Option<Isa>, force_scalar: bool| {
+        let options = SessionOptions { context_length: Some(64), threads: Some(2), max_isa, force_scalar, ..Default::default() };
+        let mut s = model.session(&options).expect("session");
+        s.prefill(0, &fx.input_ids).unwrap();
+        (s.info().unwrap().backend, s.logits(0).unwrap().to_vec())
+    };
+    let level = |backend: &str| match backend {
+        "cpu-scalar" => 1,
+        "cpu-avx2" => 2,
+        "cpu-avx512" => 3,
+        other => panic!("unknown backend {other}"),
+    };
+    let (best_name, best) = run(None, false);
+    for (isa, cap) in [(Isa::Scalar, 1), (Isa::Avx2, 2), (Isa::Avx512, 3)] {
+        let (name, logits) = run(Some(isa), false);
+        assert_eq!(level(&name), cap.min(level(&best_name)), "{isa:?}: backend {name}");
+        let diff = logits.iter().zip(&best).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(diff < 1e-4, "{isa:?}: logits differ from {best_name} by {diff}");
+    }
+    let (scalar_name, scalar) = run(Some(Isa::Scalar), false);
+    let (forced_name, forced) = run(None, true);
+    assert!(scalar_name == "cpu-scalar" && forced_name == "cpu-scalar");
+    assert!(scalar.iter().zip(&forced).all(|(a, b)| a.to_bits() == b.to_bits()), "Isa::Scalar differs from force_scalar");
 }
 
 #[test]

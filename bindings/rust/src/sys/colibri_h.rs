@@ -44,6 +44,10 @@ pub const COLIBRI_NUMA_DEFAULT: u32 = 0;
 pub const COLIBRI_NUMA_OFF: u32 = 1;
 pub const COLIBRI_NUMA_BIND: u32 = 2;
 pub const COLIBRI_NUMA_INTERLEAVE: u32 = 3;
+pub const COLIBRI_ISA_AUTO: u32 = 0;
+pub const COLIBRI_ISA_SCALAR: u32 = 1;
+pub const COLIBRI_ISA_AVX2: u32 = 2;
+pub const COLIBRI_ISA_AVX512: u32 = 3;
 pub const COLIBRI_FINISH_NONE: u32 = 0;
 pub const COLIBRI_FINISH_LENGTH: u32 = 1;
 pub const COLIBRI_FINISH_EOS: u32 = 2;
@@ -1605,12 +1609,13 @@ pub struct colibri_session_options {
     pub seed: u64,
     pub numa_policy: u32,
     pub numa_node: u32,
+    pub max_isa: u32,
 }
 #[test]
 fn bindgen_test_layout_colibri_session_options() {
     assert_eq!(
         ::core::mem::size_of::<colibri_session_options>(),
-        56usize,
+        64usize,
         concat!("Size of: ", stringify!(colibri_session_options))
     );
     assert_eq!(
@@ -1839,6 +1844,23 @@ fn bindgen_test_layout_colibri_session_options() {
         );
     }
     test_field_numa_node();
+    fn test_field_max_isa() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_session_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).max_isa) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_session_options),
+                "::",
+                stringify!(max_isa)
+            )
+        );
+    }
+    test_field_max_isa();
 }
 extern "C" {
     pub fn colibri_session_options_init(
