@@ -1,6 +1,8 @@
 // cli/logits.cpp — `colibri logits`: runs token ids through the model from an empty cache
 // (positions 0..n-1) and writes the float32 logits as .npy: shape (1, vocab) for the last
 // position, or (n, vocab) with --all-positions. The oracle tests and outside checks use it.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -40,6 +42,17 @@ int logits_command(int argc, char **argv) {
   const bool all_positions = flags.count("all-positions") > 0;
   // Syntax first (a usage error needs no model), then the vocabulary range.
   parse_integer_list("--tokens", flags["tokens"].as<std::string>(), 0, INT32_MAX);
+  // The .npy replaces an existing regular file (atomically), never a device, a FIFO or the model.
+  struct stat out_st{};
+  if (::stat(output.c_str(), &out_st) == 0) {
+    if (S_ISDIR(out_st.st_mode)) fail_usage("-o " + output + " is a directory: give the path of the .npy file to write");
+    if (!S_ISREG(out_st.st_mode))
+      fail_usage("-o " + output + " is not a regular file (a device, FIFO or socket): give the path of a .npy file");
+    struct stat model_st{};
+    const std::string image = resolve_model_path(model_flags);
+    if (::stat(image.c_str(), &model_st) == 0 && model_st.st_dev == out_st.st_dev && model_st.st_ino == out_st.st_ino)
+      fail_usage("-o " + output + " is the model image " + image + ": choose another output path");
+  }
 
   ModelPtr model = open_model(model_flags);
   colibri_model_info info = model_info(model.get());

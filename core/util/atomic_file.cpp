@@ -30,6 +30,11 @@ Error AtomicFile::open(const std::string &path, bool overwrite) {
   if (::stat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode))
       return make_error(ErrorKind::InvalidArgument, strprintf("output '%s' is a directory; give a file path", path.c_str()));
+    // The rename would replace a device, FIFO or socket node with a file, --force or not.
+    if (!S_ISREG(st.st_mode))
+      return make_error(ErrorKind::InvalidArgument,
+                        strprintf("output '%s' is not a regular file (a device, FIFO or socket); give a file path",
+                                  path.c_str()));
     if (!overwrite)
       return make_error(ErrorKind::InvalidArgument,
                         strprintf("output '%s' already exists; pass --force to overwrite it", path.c_str()));

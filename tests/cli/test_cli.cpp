@@ -280,6 +280,26 @@ TEST_CASE("logits replaces the output atomically and leaves nothing behind on fa
     ::closedir(d);
   }
   CHECK(entries == std::vector<std::string>{"out.npy"});
+
+  // Never over the model itself, a FIFO or a device: usage errors, the files untouched.
+  const std::string model = dir + "/model.colibri";
+  {
+    std::ifstream in(oracle_image(), std::ios::binary);
+    std::ofstream out(model, std::ios::binary);
+    out << in.rdbuf();
+  }
+  const std::string model_bytes = read_file(model);
+  Run self = colibri("logits -m " + model + " --tokens 1,2 -o " + model);
+  CHECK(self.exit_code == 2);
+  CHECK_THAT(self.err, Contains("is the model image"));
+  CHECK(read_file(model) == model_bytes);
+  REQUIRE(::mkfifo((dir + "/fifo").c_str(), 0600) == 0);
+  Run fifo = colibri("logits -m " + model + " --tokens 1,2 -o " + dir + "/fifo");
+  CHECK(fifo.exit_code == 2);
+  CHECK_THAT(fifo.err, Contains("not a regular file"));
+  struct stat st{};
+  REQUIRE(::stat((dir + "/fifo").c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
 }
 
 TEST_CASE("greedy decoding reproduces the oracle's greedy tokens", "[cli][oracle][greedy]") {

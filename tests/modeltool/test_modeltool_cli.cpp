@@ -1,5 +1,6 @@
 // tests/modeltool/test_modeltool_cli.cpp — the colibri-model executable end to end:
 // exit codes, inspect --json, verify, and the repack round trips of docs/format.md.
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
@@ -220,6 +221,14 @@ TEST_CASE("repack refuses OUT == IN, existing OUT without --force, and bad optio
   CHECK(exists.exit_code == 2);
   CHECK_THAT(exists.out, Contains("--force"));
   CHECK(run_tool("repack " + path + " " + dir + "/o.colibri --dtype f16 --force").exit_code == 0);
+  // --force replaces a regular file, never a FIFO (or a device): the node stays what it was.
+  REQUIRE(::mkfifo((dir + "/fifo").c_str(), 0600) == 0);
+  Run fifo = run_tool("repack " + path + " " + dir + "/fifo --dtype f16 --force");
+  CHECK(fifo.exit_code == 2);
+  CHECK_THAT(fifo.out, Contains("not a regular file"));
+  struct stat st{};
+  REQUIRE(::stat((dir + "/fifo").c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
   CHECK(run_tool("repack " + path + " " + dir + "/x.colibri --dtype f8").exit_code == 2);
   CHECK(run_tool("repack " + path + " " + dir + "/x.colibri --align 100").exit_code == 2);
   CHECK(run_tool("repack " + path + " " + dir + "/x.colibri").exit_code == 2);
