@@ -72,6 +72,33 @@ bool read_field(const nlohmann::json &j, const char *key, T *out, std::string *p
 
 }  // namespace
 
+Error ModelConfig::check_limits() const {
+  struct Limit {
+    const char *field;
+    uint64_t value, limit;
+  };
+  const Limit limits[] = {
+      {"vocab_size", vocab_size, ModelLimits::kVocabSize},
+      {"hidden_size", hidden_size, ModelLimits::kHiddenSize},
+      {"layer_count", layer_count, ModelLimits::kLayerCount},
+      {"head_count", head_count, ModelLimits::kHeadCount},
+      {"kv_head_count", kv_head_count, ModelLimits::kHeadCount},
+      {"head_dim", head_dim, ModelLimits::kHeadDim},
+      {"expert_count", expert_count, ModelLimits::kExpertCount},
+      {"top_k", top_k, ModelLimits::kExpertCount},
+      {"expert_ffn_size", expert_ffn_size, ModelLimits::kFfnSize},
+      {"shared_expert_ffn_size", shared_expert_ffn_size, ModelLimits::kFfnSize},
+      {"dense_ffn_size", dense_ffn_size, ModelLimits::kFfnSize},
+  };
+  for (const Limit &l : limits)
+    if (l.value > l.limit)
+      return make_error(ErrorKind::Corrupt,
+                        strprintf("model metadata: %s %llu is over the limit of %llu (a damaged or hand-edited config?)",
+                                  l.field, static_cast<unsigned long long>(l.value),
+                                  static_cast<unsigned long long>(l.limit)));
+  return {};
+}
+
 Error ModelConfig::from_json(const nlohmann::json &j, ModelConfig *out) {
   ModelConfig c;
   std::string problem;
@@ -112,6 +139,7 @@ Error ModelConfig::from_json(const nlohmann::json &j, ModelConfig *out) {
                       strprintf("model family '%s' is not supported by this build (supported: mixtral, qwen2_moe, "
                                 "qwen3_moe, olmoe)",
                                 c.family.c_str()));
+  if (Error e = c.check_limits()) return e;
   if (c.vocab_size == 0 || c.hidden_size == 0 || c.layer_count == 0 || c.head_count == 0 || c.kv_head_count == 0 ||
       c.head_dim == 0)
     return bad("vocab_size, hidden_size, layer_count, head_count, kv_head_count and head_dim must be non-zero");

@@ -49,8 +49,27 @@ struct ModelConfig {
   std::vector<uint8_t> layer_is_moe;     // per layer: 1 = MoE FFN, 0 = dense FFN
 
   nlohmann::json to_json() const;
-  // Parses and checks consistency (non-zero sizes, top_k ≤ experts, heads divide, ...).
+  // Parses and checks consistency (non-zero sizes, top_k ≤ experts, heads divide, the
+  // dimension limits below, ...).
   static Error from_json(const nlohmann::json &j, ModelConfig *out);
+  // The dimension limits alone (ModelLimits): an error naming the first field over its limit.
+  // The converter calls it before it sizes anything from a config.json.
+  Error check_limits() const;
+};
+
+// Upper bounds on a model's dimensions. Far above any published MoE model (the largest have a
+// vocabulary of ~256 Ki, hidden 7168, 61-94 layers, 128 heads, 512 experts); they keep every
+// product of sizes the engine and the converter form (heads × head_dim × hidden, experts × ffn ×
+// hidden, ...) well inside 64 bits, and turn a damaged or hostile config into an error instead
+// of a wrapped product or an allocation of everything the machine has.
+struct ModelLimits {
+  static constexpr uint64_t kVocabSize = uint64_t(1) << 24;
+  static constexpr uint64_t kHiddenSize = uint64_t(1) << 17;
+  static constexpr uint64_t kLayerCount = uint64_t(1) << 12;
+  static constexpr uint64_t kHeadCount = uint64_t(1) << 12;  // query and key/value heads
+  static constexpr uint64_t kHeadDim = uint64_t(1) << 12;
+  static constexpr uint64_t kExpertCount = uint64_t(1) << 16;
+  static constexpr uint64_t kFfnSize = uint64_t(1) << 20;    // expert, shared expert and dense FFNs
 };
 
 }  // namespace colibri::model

@@ -230,6 +230,14 @@ std::string supported_architectures() {
   return out;
 }
 
+// A ModelConfig check's error, reworded for config.json.
+static Error inconsistent(const Error &e) {
+  std::string message = e.message;
+  const std::string prefix = "model metadata: ";
+  if (message.rfind(prefix, 0) == 0) message = message.substr(prefix.size());
+  return make_error(e.kind, "config.json describes an inconsistent model: " + message);
+}
+
 Error read_hf_config(const nlohmann::json &config, const FamilyInfo **family_out, model::ModelConfig *out) {
   if (!config.is_object()) return make_error(ErrorKind::Corrupt, "config.json is not a JSON object");
   const FamilyInfo *family = nullptr;
@@ -276,6 +284,9 @@ Error read_hf_config(const nlohmann::json &config, const FamilyInfo **family_out
   }
   c.router_score = "softmax";
   c.norm_topk_prob = family->renormalise_always || reader.optional_bool("norm_topk_prob", false);
+  if (reader.error()) return reader.error();
+  // The limits before anything is sized from these numbers (layer lists, tensor plans).
+  if (Error e = c.check_limits()) return inconsistent(e);
   c.layer_is_moe.assign(c.layer_count, c.expert_count > 0 ? 1 : 0);
   if (family->sparse_step_layers) {
     std::vector<uint64_t> mlp_only = reader.optional_uint_list("mlp_only_layers");
@@ -296,12 +307,7 @@ Error read_hf_config(const nlohmann::json &config, const FamilyInfo **family_out
 
   // The engine's own consistency rules (ModelConfig::from_json) apply to what we write.
   model::ModelConfig checked;
-  if (Error e = model::ModelConfig::from_json(c.to_json(), &checked)) {
-    std::string message = e.message;
-    const std::string prefix = "model metadata: ";
-    if (message.rfind(prefix, 0) == 0) message = message.substr(prefix.size());
-    return make_error(e.kind, "config.json describes an inconsistent model: " + message);
-  }
+  if (Error e = model::ModelConfig::from_json(c.to_json(), &checked)) return inconsistent(e);
   *family_out = family;
   *out = std::move(c);
   return {};

@@ -192,3 +192,32 @@ TEST_CASE("inconsistent sizes are refused through the engine's own rules", "[fam
   e = read_error(config_for("MixtralForCausalLM", {{"num_attention_heads", 5}}));
   CHECK_THAT(e.message, Contains("hidden_size 32 is not a multiple of num_attention_heads 5"));
 }
+
+TEST_CASE("absurd sizes are refused before anything is sized from them", "[families]") {
+  // Products that wrap around 64 bits to the real tensor shapes (9223372036854775812 heads of
+  // head_dim 64 "are" 256 wide) once converted and then crashed the engine.
+  Error e = read_error(config_for("MixtralForCausalLM", {{"num_attention_heads", 9223372036854775812ull},
+                                                         {"num_key_value_heads", 4611686018427387906ull},
+                                                         {"head_dim", 64}}));
+  CHECK(e.kind == ErrorKind::Corrupt);
+  CHECK_THAT(e.message, Contains("head_count 9223372036854775812 is over the limit of 4096"));
+  // Counts that made the converter allocate without bound (layer lists, tensor plans).
+  e = read_error(config_for("MixtralForCausalLM", {{"num_hidden_layers", 1000000000000000ull}}));
+  CHECK_THAT(e.message, Contains("layer_count 1000000000000000 is over the limit"));
+  e = read_error(config_for("MixtralForCausalLM", {{"num_local_experts", 1000000000}}));
+  CHECK_THAT(e.message, Contains("expert_count 1000000000 is over the limit"));
+  e = read_error(config_for("MixtralForCausalLM", {{"vocab_size", uint64_t(1) << 40}}));
+  CHECK_THAT(e.message, Contains("vocab_size"));
+  e = read_error(config_for("MixtralForCausalLM", {{"intermediate_size", uint64_t(1) << 30}}));
+  CHECK_THAT(e.message, Contains("expert_ffn_size"));
+  // At the limits themselves the rules are the usual ones (here: heads must divide hidden).
+  model::ModelConfig c = read_ok(config_for("MixtralForCausalLM", {{"num_hidden_layers", model::ModelLimits::kLayerCount}}));
+  CHECK(c.layer_count == model::ModelLimits::kLayerCount);
+  // An image's metadata goes through the same limits when the engine opens it.
+  json metadata = read_ok(config_for("MixtralForCausalLM")).to_json();
+  metadata["head_dim"] = uint64_t(1) << 62;
+  model::ModelConfig from_image;
+  e = model::ModelConfig::from_json(metadata, &from_image);
+  CHECK(e.kind == ErrorKind::Corrupt);
+  CHECK_THAT(e.message, Contains("model metadata: head_dim 4611686018427387904 is over the limit of 4096"));
+}
