@@ -54,7 +54,9 @@ std::unique_ptr<Image> Image::open(const std::string &path, const OpenOptions &o
     return nullptr;
   };
   const char *p = path.c_str();
-  int fd = ::open(p, O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever, before
+  // the regular-file check below could refuse it. It changes nothing for a regular file.
+  int fd = ::open(p, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int e = errno;
     struct stat st;

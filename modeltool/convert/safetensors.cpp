@@ -177,7 +177,8 @@ SafetensorsShard::~SafetensorsShard() {
 }
 
 Error SafetensorsShard::open(const std::string &path, const std::string &name, std::unique_ptr<SafetensorsShard> *out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO is refused below instead of blocking the open until a writer comes.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int e = errno;
     return make_error(ErrorKind::Io, strprintf("cannot open '%s': %s", path.c_str(), util::errno_text(e).c_str()));

@@ -49,7 +49,8 @@ Error stream_file(int fd, const std::string &path, uint64_t *total, Consume cons
 }
 
 Error open_regular(const std::string &path, int *fd) {
-  *fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO is refused below instead of blocking the open until a writer comes.
+  *fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (*fd < 0) return io_error("open", path, errno);
   struct stat st;
   if (::fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode)) {

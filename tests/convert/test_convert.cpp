@@ -2,6 +2,10 @@
 // image holds every tensor with the right name, shape, dtype and values (experts stacked
 // in order), the metadata has exactly the documented shape, and every refusal names its
 // cause and leaves no output behind.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <chrono>
+#include <future>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
@@ -555,5 +559,28 @@ TEST_CASE("a NaN or infinity in a checkpoint: q8 refuses and names the element, 
     argv.push_back(nullptr);
     CHECK(modeltool::run_repack(static_cast<int>(args.size()), argv.data()) == modeltool::kExitCorrupt);
     CHECK_FALSE(std::filesystem::exists(repacked));
+  }
+}
+
+TEST_CASE("a FIFO in the checkpoint directory is refused at once, not waited on", "[convert]") {
+  ScopedTempDir dir("fifo");
+  SyntheticCheckpointSpec s;
+  for (const std::string file : {"config.json", "model.safetensors"}) {
+    INFO(file);
+    std::filesystem::remove_all(dir / "hf");
+    REQUIRE_FALSE(testing::write_synthetic_checkpoint(dir / "hf", s));
+    const std::string path = dir / ("hf/" + file);
+    std::filesystem::remove(path);
+    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+    auto converted = std::async(std::launch::async, [&] { return testing::convert(dir / "hf", dir / "m.colibri"); });
+    if (converted.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+      FAIL_CHECK("convert blocked on a FIFO");
+      const int writer = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);  // lets the blocked open return
+      converted.wait();
+      if (writer >= 0) ::close(writer);
+    }
+    const Error e = converted.get();
+    CHECK(e.kind == ErrorKind::Io);
+    CHECK_THAT(e.message, Contains("not a regular file"));
   }
 }
