@@ -34,6 +34,15 @@ std::optional<cxxopts::ParseResult> parse_or_report(cxxopts::Options &options, i
       *exit_code = kExitOk;
       return std::nullopt;
     }
+    // Positional arguments beyond the command's (`verify a.colibri b.colibri` used to check a
+    // and report success without a word about b).
+    if (!result.unmatched().empty()) {
+      std::fprintf(stderr, "%s: unexpected argument '%s' (see %s --help)\n\n%s",
+                   options.program().c_str(), result.unmatched().front().c_str(), options.program().c_str(),
+                   options.help().c_str());
+      *exit_code = kExitUsage;
+      return std::nullopt;
+    }
     return result;
   } catch (const cxxopts::exceptions::exception &e) {
     std::fprintf(stderr, "%s: %s\n\n%s", options.program().c_str(), e.what(), options.help().c_str());

@@ -66,6 +66,15 @@ TEST_CASE("usage errors exit 2 with help", "[cli]") {
   CHECK(run_tool("inspect --no-such-flag x").exit_code == 2);
   CHECK(run_tool("--help").exit_code == 0);
   CHECK(run_tool("verify --help").exit_code == 0);
+  // One FILE per verify/inspect, IN OUT for repack: a stray argument is an error, never ignored
+  // (`verify good.colibri broken.colibri` used to say OK about the first and nothing else).
+  for (const char *args : {"verify a.colibri b.colibri", "verify --deep a b", "inspect a b", "repack a b c",
+                           "convert a -o b c"}) {
+    INFO(args);
+    Run extra = run_tool(args);
+    CHECK(extra.exit_code == 2);
+    CHECK_THAT(extra.out, Contains("unexpected argument") || Contains("usage") || Contains("Usage"));
+  }
 }
 
 TEST_CASE("inspect prints the header, tensor table and totals, --json is parseable", "[cli]") {
