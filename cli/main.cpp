@@ -2,6 +2,7 @@
 // Dispatches to the subcommands, turns every Failure and unexpected exception into a
 // one-line message and an exit code (0 ok, 1 failure, 2 usage; docs/cli.md). Configuration
 // is by flags only: no environment variable changes what the program does.
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -43,6 +44,18 @@ void print_help(std::FILE *out) {
                "130 `run` interrupted by Ctrl-C. Guide: docs/cli.md\n");
 }
 
+// Every byte a command printed must have reached stdout: a full disk or a closed file would
+// otherwise lose the output under exit status 0 (`colibri tokenize ... > /dev/full`).
+int finish_stdout(const char *command, int code) {
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int saved = errno;
+  if (flushed && !std::ferror(stdout)) return code;
+  std::fprintf(stderr, "colibri %s: writing to standard output failed%s%s\n", command, saved ? ": " : "",
+               saved ? std::strerror(saved) : "");
+  return code == colibri_cli::kExitOk ? colibri_cli::kExitFailure : code;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -74,7 +87,7 @@ int main(int argc, char **argv) {
     return colibri_cli::kExitUsage;
   }
   try {
-    return command->function(argc - 1, argv + 1);
+    return finish_stdout(command->name, command->function(argc - 1, argv + 1));
   } catch (const colibri_cli::Failure &f) {
     std::fflush(stdout);
     std::fprintf(stderr, "colibri %s: %s\n", command->name, f.message.c_str());

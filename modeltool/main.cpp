@@ -1,5 +1,6 @@
 // modeltool/main.cpp — `colibri-model`: the toolkit for model images.
 // Subcommands: inspect | verify | repack | convert. Each is a file of its own.
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -33,6 +34,18 @@ void print_usage(FILE *out) {
 
 }  // namespace
 
+// Every byte a command printed must have reached stdout: a full disk or a closed file would
+// otherwise lose the output under exit status 0 (`colibri-model inspect --json X > /dev/full`).
+static int finish_stdout(const char *command, int code) {
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int saved = errno;
+  if (flushed && !std::ferror(stdout)) return code;
+  std::fprintf(stderr, "colibri-model %s: writing to standard output failed%s%s\n", command, saved ? ": " : "",
+               saved ? std::strerror(saved) : "");
+  return code == colibri::modeltool::kExitOk ? colibri::modeltool::kExitIo : code;
+}
+
 int main(int argc, char **argv) {
   using namespace colibri::modeltool;
   if (argc < 2) {
@@ -49,10 +62,10 @@ int main(int argc, char **argv) {
     return kExitOk;
   }
   try {
-    if (!std::strcmp(command, "inspect")) return run_inspect(argc - 1, argv + 1);
-    if (!std::strcmp(command, "verify")) return run_verify(argc - 1, argv + 1);
-    if (!std::strcmp(command, "repack")) return run_repack(argc - 1, argv + 1);
-    if (!std::strcmp(command, "convert")) return run_convert(argc - 1, argv + 1);
+    if (!std::strcmp(command, "inspect")) return finish_stdout(command, run_inspect(argc - 1, argv + 1));
+    if (!std::strcmp(command, "verify")) return finish_stdout(command, run_verify(argc - 1, argv + 1));
+    if (!std::strcmp(command, "repack")) return finish_stdout(command, run_repack(argc - 1, argv + 1));
+    if (!std::strcmp(command, "convert")) return finish_stdout(command, run_convert(argc - 1, argv + 1));
   } catch (const std::bad_alloc &) {
     std::fprintf(stderr, "colibri-model: out of memory\n");
     return kExitInternal;

@@ -194,6 +194,19 @@ TEST_CASE("usage errors exit 2 with a message that names the problem", "[cli][us
   CHECK(std::count(negative.err.begin(), negative.err.end(), '\n') == 1);
 }
 
+TEST_CASE("output that cannot be written is an error, not a silent exit 0", "[cli][errors]") {
+  if (!exists("/dev/full")) {
+    WARN("no /dev/full on this machine: not checked");
+    return;
+  }
+  for (const std::string args : {"tokenize -p hello", "run -p hi -n 2 --seed 1", "bench -p 8 -n 0 -r 1 -t 1 --json --probe-mib 16"}) {
+    INFO(args);
+    Run r = colibri(args + " >/dev/full");
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Contains("writing to standard output failed"));
+  }
+}
+
 TEST_CASE("--help is complete for every subcommand and exits 0", "[cli][usage]") {
   Run top = colibri("--help");
   CHECK(top.exit_code == 0);

@@ -2,6 +2,7 @@
 // exit codes, inspect --json, verify, and the repack round trips of docs/format.md.
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -24,8 +25,10 @@ struct Run {
   std::string out;  // stdout and stderr together
 };
 
-Run run_tool(const std::string &args) {
-  std::string cmd = std::string(COLIBRI_MODEL_EXE) + " " + args + " 2>&1";
+// Runs colibri-model with ARGS (shell text); out is stderr and stdout together, or stderr alone
+// when stdout goes to `stdout_to`.
+Run run_tool(const std::string &args, const std::string &stdout_to = "") {
+  std::string cmd = std::string(COLIBRI_MODEL_EXE) + " " + args + " 2>&1" + (stdout_to.empty() ? "" : " >" + stdout_to);
   FILE *pipe = popen(cmd.c_str(), "r");
   REQUIRE(pipe);
   std::string out;
@@ -74,6 +77,21 @@ TEST_CASE("usage errors exit 2 with help", "[cli]") {
     Run extra = run_tool(args);
     CHECK(extra.exit_code == 2);
     CHECK_THAT(extra.out, Contains("unexpected argument") || Contains("usage") || Contains("Usage"));
+  }
+}
+
+TEST_CASE("output that cannot be written is an I/O error, not a silent exit 0", "[cli]") {
+  if (::access("/dev/full", W_OK) != 0) {
+    WARN("no writable /dev/full on this machine: not checked");
+    return;
+  }
+  std::string dir = testing::temp_dir("cli-full");
+  std::string path = make_image(dir);
+  for (const std::string &args : {"inspect " + path, "inspect --json " + path, "verify " + path}) {
+    INFO(args);
+    Run r = run_tool(args, "/dev/full");
+    CHECK(r.exit_code == 4);
+    CHECK_THAT(r.out, Contains("writing to standard output failed"));
   }
 }
 
