@@ -195,6 +195,13 @@ Error convert_tensor(const image::Image &img, const image::TensorInfo &t, image:
       float err = image::quantize_row_q8(values.data(), cols, group, encoded.data(), &max_scale);
       report->max_abs_error = std::max<double>(report->max_abs_error, err);
     } else {
+      const size_t big = image::first_overflow(target, values.data(), cols);
+      if (big != cols)
+        return make_error(ErrorKind::NonFinite,
+                          strprintf("tensor '%s' holds %g at row %llu, column %zu, beyond the range of %s: it would "
+                                    "be stored as infinity. Repack to --dtype bf16 or f32 instead",
+                                    t.name.c_str(), static_cast<double>(values[big]),
+                                    static_cast<unsigned long long>(r), big, image::dtype_name(target)));
       image::encode_floats(target, values.data(), cols, encoded.data());
       image::decode_floats(target, encoded.data(), cols, back.data());
       for (uint64_t c = 0; c < cols; ++c) {

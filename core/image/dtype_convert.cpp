@@ -80,6 +80,22 @@ size_t first_non_finite(const float *src, size_t count) {
   return count;
 }
 
+size_t first_overflow(DType dtype, const float *src, size_t count) {
+  // The largest finite value of the dtype: only values at or above it can round to infinity.
+  float largest;
+  if (dtype == DType::F16) largest = 65504.0f;
+  else if (dtype == DType::BF16) largest = 3.38953139e38f;
+  else return count;
+  for (size_t i = 0; i < count; ++i) {
+    const float a = std::fabs(src[i]);
+    if (a >= largest && std::isfinite(a)) {
+      const float stored = dtype == DType::F16 ? f16_to_f32(f32_to_f16(src[i])) : bf16_to_f32(f32_to_bf16(src[i]));
+      if (std::isinf(stored)) return i;
+    }
+  }
+  return count;
+}
+
 void dequantize_row_q8(const void *src, size_t cols, uint32_t group_size, float *dst) {
   const unsigned char *in = static_cast<const unsigned char *>(src);
   for (size_t g = 0; g < cols / group_size; ++g) {

@@ -30,6 +30,10 @@ void encode_floats(DType dtype, const float *src, size_t count, void *dst);
 float quantize_row_q8(const float *src, size_t cols, uint32_t group_size, void *dst, float *max_scale);
 // Index of the first NaN or infinity in src[0, count), or count when all are finite.
 size_t first_non_finite(const float *src, size_t count);
+// Index of the first finite value in src[0, count) that `dtype` can only store as an infinity
+// (beyond f16's ±65504 or bf16's ±3.39e38 after rounding), or count when there is none (and
+// always for F32 and Q8).
+size_t first_overflow(DType dtype, const float *src, size_t count);
 // Dequantises one Q8 row back to floats.
 void dequantize_row_q8(const void *src, size_t cols, uint32_t group_size, float *dst);
 

@@ -49,6 +49,15 @@ Error TensorStreamer::write(const SafetensorsCheckpoint &checkpoint, const Plann
                                                 static_cast<unsigned long long>(row + r), bad, tensor.spec.name.c_str()));
             image::quantize_row_q8(in, cols, group, out, nullptr);
           } else {
+            const size_t big = image::first_overflow(stored, in, cols);
+            if (big != cols)
+              return make_error(ErrorKind::NonFinite,
+                                util::strprintf("checkpoint tensor '%s' holds %g at row %llu, column %zu (image "
+                                                "tensor '%s'), beyond the range of %s: it would be stored as "
+                                                "infinity. Convert with --dtype bf16 or f32",
+                                                source->name.c_str(), static_cast<double>(in[big]),
+                                                static_cast<unsigned long long>(row + r), big, tensor.spec.name.c_str(),
+                                                image::dtype_name(stored)));
             image::encode_floats(stored, in, cols, out);
           }
         }

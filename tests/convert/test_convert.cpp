@@ -584,3 +584,38 @@ TEST_CASE("a FIFO in the checkpoint directory is refused at once, not waited on"
     CHECK_THAT(e.message, Contains("not a regular file"));
   }
 }
+
+TEST_CASE("a value beyond f16's range: f16 refuses and names it, bf16 and q8 store it", "[convert]") {
+  ScopedTempDir dir("overflow");
+  SyntheticCheckpointSpec s;
+  s.expert_ffn = 32;
+  const std::string tensor = "model.layers.0.self_attn.q_proj.weight";  // [32, 32]
+  REQUIRE_FALSE(testing::write_synthetic_checkpoint(dir / "hf", s));
+  poke_f32(dir / "hf/model.safetensors", tensor, 3 * 32 + 1, -99840.0f);  // row 3, column 1
+
+  Error e = testing::convert(dir / "hf", dir / "f16.colibri", image::DType::F16);
+  REQUIRE(e);
+  CHECK(e.kind == ErrorKind::NonFinite);
+  CHECK_THAT(e.message, Contains(tensor) && Contains("row 3, column 1") && Contains("beyond the range of f16") &&
+                            Contains("--dtype bf16 or f32"));
+  CHECK_FALSE(std::filesystem::exists(dir / "f16.colibri"));
+  // 65504 is f16's largest value and converts.
+  poke_f32(dir / "hf/model.safetensors", tensor, 3 * 32 + 1, 65504.0f);
+  REQUIRE_FALSE(testing::convert(dir / "hf", dir / "f16.colibri", image::DType::F16));
+  poke_f32(dir / "hf/model.safetensors", tensor, 3 * 32 + 1, -99840.0f);
+  for (image::DType dtype : {image::DType::BF16, image::DType::Q8, image::DType::F32}) {
+    const std::string out = dir / (std::string(image::dtype_name(dtype)) + ".colibri");
+    REQUIRE_FALSE(testing::convert(dir / "hf", out, dtype));
+    auto img = testing::open_image(out);
+    const std::vector<float> values = testing::image_values(*img, *img->find("blk.0.attn_q"));
+    CHECK(std::fabs(values[3 * 32 + 1] + 99840.0f) <= 99840.0f / 127);  // bf16/q8 rounding
+  }
+
+  // repack of the f32 image to f16 refuses the same value.
+  std::vector<std::string> args = {"repack", dir / "f32.colibri", dir / "repacked.colibri", "--dtype", "f16"};
+  std::vector<char *> argv;
+  for (std::string &a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  CHECK(modeltool::run_repack(static_cast<int>(args.size()), argv.data()) == modeltool::kExitCorrupt);
+  CHECK_FALSE(std::filesystem::exists(dir / "repacked.colibri"));
+}

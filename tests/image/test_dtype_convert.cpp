@@ -179,3 +179,24 @@ TEST_CASE("q8: first_non_finite finds NaN and infinities", "[dtype]") {
   v[17] = -std::numeric_limits<float>::infinity();
   CHECK(first_non_finite(v.data(), v.size()) == 17);
 }
+
+TEST_CASE("first_overflow: the finite values f16 or bf16 can only store as infinity", "[dtype]") {
+  std::vector<float> v(16, 1.0f);
+  CHECK(first_overflow(DType::F16, v.data(), v.size()) == v.size());
+  v[9] = 65504.0f;    // f16's largest finite value
+  v[10] = -65519.0f;  // rounds down to -65504
+  CHECK(first_overflow(DType::F16, v.data(), v.size()) == v.size());
+  v[12] = 65520.0f;   // halfway to 65536: rounds to even, infinity
+  CHECK(first_overflow(DType::F16, v.data(), v.size()) == 12);
+  v[4] = -1e6f;
+  CHECK(first_overflow(DType::F16, v.data(), v.size()) == 4);
+  CHECK(first_overflow(DType::BF16, v.data(), v.size()) == v.size());
+  CHECK(first_overflow(DType::F32, v.data(), v.size()) == v.size());
+  CHECK(first_overflow(DType::Q8, v.data(), v.size()) == v.size());
+  v[2] = std::numeric_limits<float>::infinity();  // already infinite: not an overflow
+  CHECK(first_overflow(DType::F16, v.data(), v.size()) == 4);
+  v[7] = std::numeric_limits<float>::max();
+  CHECK(first_overflow(DType::BF16, v.data(), v.size()) == 7);
+  v[7] = 3.38953139e38f;  // bf16's largest finite value
+  CHECK(first_overflow(DType::BF16, v.data(), v.size()) == v.size());
+}
