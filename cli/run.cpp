@@ -280,8 +280,13 @@ int run_command(int argc, char **argv) {
 
   ModelPtr model = open_model(model_flags);
   colibri_model_info info = model_info(model.get());
-  if (!info.has_tokenizer) fail_runtime(resolve_model_path(model_flags) + ": the image's tokenizer could not be loaded: " +
-                                        "`colibri run` needs one (use `colibri logits` with token ids instead)");
+  if (!info.has_tokenizer) {
+    // The library says why in the error of any tokenizer call.
+    size_t count = 0;
+    const int32_t status = colibri_tokenize(model.get(), "", 0, 0, nullptr, 0, &count);
+    fail_runtime(resolve_model_path(model_flags) + ": the image's tokenizer could not be loaded (" + last_api_error(status) +
+                 "); `colibri run` needs one (use `colibri logits` with token ids instead)");
+  }
   if (chat && !info.has_chat_template)
     fail_runtime(resolve_model_path(model_flags) + " has no chat template: use -p PROMPT instead of --chat");
 

@@ -91,6 +91,8 @@ int run_convert(int argc, char **argv) {
     std::fprintf(stderr, "colibri-model convert: %s: %s\n", kind, e.message.c_str());
     return exit_code_for(e);
   }
+  // Warnings go to stderr even with -q: they describe the image that was written.
+  for (const std::string &warning : report.warnings) std::fprintf(stderr, "colibri-model convert: warning: %s\n", warning.c_str());
   if (!quiet) {
     for (const std::string &name : report.ignored)
       std::printf("note: left out '%s' (the model does not use it)\n", name.c_str());

@@ -22,6 +22,7 @@
 #include "modeltool/cli_support.h"
 #include "util/atomic_file.h"
 #include "util/strings.h"
+#include "tokenizer/tokenizer.h"
 
 namespace colibri::modeltool::convert {
 
@@ -192,6 +193,25 @@ Error convert_checkpoint(const ConvertOptions &options, ConvertReport *report) {
   // 3. Tokenizer, then provenance of every file read (the shards are hashed last: slowest).
   json tokenizer;
   if (Error e = build_tokenizer_metadata(&files, config, &tokenizer)) return e;
+  // Load it as the engine will: a broken tokenizer.json is refused here rather than found at
+  // the first `colibri run`; one of a kind this build cannot run yet (not BPE) is converted
+  // with a warning, since the layer-level API works without a tokenizer.
+  {
+    Error tokenizer_error;
+    auto loaded = tokenizer::Tokenizer::from_json(tokenizer["json"].get_ref<const std::string &>(), &tokenizer_error);
+    if (!loaded && tokenizer_error.kind != ErrorKind::Unsupported)
+      return make_error(ErrorKind::Corrupt, strprintf("'%s' cannot be used: %s. Copy it again from the model repository",
+                                                      files.path("tokenizer.json").c_str(),
+                                                      tokenizer_error.message.c_str()));
+    if (!loaded)
+      report->warnings.push_back("this build cannot run the tokenizer (" + tokenizer_error.message +
+                                 "): the image converts, but its tokenizer calls (and `colibri run`) will fail");
+    else if (loaded->vocab_size() > model_config.vocab_size)
+      report->warnings.push_back(strprintf("tokenizer.json has token ids up to %zu but the model's vocabulary has %llu "
+                                           "rows: text that produces the ids beyond it cannot run",
+                                           loaded->vocab_size() - 1,
+                                           static_cast<unsigned long long>(model_config.vocab_size)));
+  }
   std::vector<std::string> inputs = files.paths();
   for (const auto &shard : checkpoint.shards()) inputs.push_back(shard->path());
   if (!checkpoint.index_file().empty()) inputs.push_back(files.path(checkpoint.index_file()));

@@ -40,6 +40,7 @@ struct ConvertReport {
   uint64_t image_bytes = 0;           // size of the written image
   double seconds = 0.0;               // wall time of the whole conversion
   std::vector<std::string> ignored;   // checkpoint tensors deliberately left out
+  std::vector<std::string> warnings;  // converted anyway, but the user should know (tokenizer)
 };
 
 Error convert_checkpoint(const ConvertOptions &options, ConvertReport *report);

@@ -207,6 +207,17 @@ TEST_CASE("output that cannot be written is an error, not a silent exit 0", "[cl
   }
 }
 
+TEST_CASE("run on an image whose tokenizer this build cannot load says why", "[cli][errors]") {
+  const std::string dir = temp_dir();
+  std::filesystem::copy(kOracleDir, dir + "/hf");
+  std::ofstream(dir + "/hf/tokenizer.json", std::ios::trunc) << R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})";
+  const std::string image = dir + "/m.colibri";
+  REQUIRE(std::system((std::string(COLIBRI_MODEL_EXE) + " convert " + dir + "/hf -o " + image + " -q 2>/dev/null").c_str()) == 0);
+  Run r = colibri("run -m " + image + " -p hi -n 2");
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Contains("tokenizer could not be loaded") && Contains("WordPiece"));
+}
+
 TEST_CASE("--help is complete for every subcommand and exits 0", "[cli][usage]") {
   Run top = colibri("--help");
   CHECK(top.exit_code == 0);

@@ -479,6 +479,36 @@ TEST_CASE("refused: a missing tokenizer.json", "[convert][errors]") {
   CHECK_THAT(e.message, Contains("tokenizer.json' is missing"));
 }
 
+TEST_CASE("refused: a tokenizer.json the engine cannot load (one of another kind converts, with a warning)",
+          "[convert][errors]") {
+  Error e = convert_damaged({}, [](const std::string &hf) { testing::write_text(hf + "/tokenizer.json", "{}"); });
+  CHECK(e.kind == ErrorKind::Corrupt);
+  CHECK_THAT(e.message, Contains("tokenizer.json' cannot be used: tokenizer.json: \"model\" is missing"));
+
+  // A Unigram tokenizer (not run by this build): the image is still useful (layer-level API).
+  ScopedTempDir dir("unigram");
+  REQUIRE_FALSE(testing::write_synthetic_checkpoint(dir / "hf", SyntheticCheckpointSpec{}));
+  testing::write_text(dir / "hf/tokenizer.json", R"({"model": {"type": "Unigram", "vocab": [["<unk>", 0.0]]}})");
+  modeltool::convert::ConvertOptions options;
+  options.input = dir / "hf";
+  options.output = dir / "m.colibri";
+  modeltool::convert::ConvertReport report;
+  REQUIRE_FALSE(modeltool::convert::convert_checkpoint(options, &report));
+  REQUIRE(report.warnings.size() == 1);
+  CHECK_THAT(report.warnings[0], Contains("Unigram") && Contains("tokenizer calls"));
+
+  // Token ids beyond the model's vocabulary (64 rows here): converted, with a warning.
+  SyntheticCheckpointSpec small;
+  small.vocab = 2;
+  REQUIRE_FALSE(testing::write_synthetic_checkpoint(dir / "small", small));
+  options.input = dir / "small";
+  options.output = dir / "small.colibri";
+  report = {};
+  REQUIRE_FALSE(modeltool::convert::convert_checkpoint(options, &report));
+  REQUIRE(report.warnings.size() == 1);
+  CHECK_THAT(report.warnings[0], Contains("model's vocabulary has 2 rows"));
+}
+
 TEST_CASE("an existing output needs --force, and an input is never the output", "[convert][errors]") {
   ScopedTempDir dir("output");
   REQUIRE_FALSE(testing::write_synthetic_checkpoint(dir / "hf", SyntheticCheckpointSpec{}));
