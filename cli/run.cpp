@@ -253,7 +253,9 @@ int run_command(int argc, char **argv) {
   settings.sampler.temperature = static_cast<float>(parse_real("--temp", flags["temp"].as<std::string>(), 0, 100));
   settings.sampler.top_k = static_cast<uint32_t>(parse_integer("--top-k", flags["top-k"].as<std::string>(), 0, 100000000));
   double top_p = parse_real("--top-p", flags["top-p"].as<std::string>(), 0, 1);
-  if (top_p <= 0) fail_usage("--top-p must be greater than 0 and at most 1 (1 = off), got " + flags["top-p"].as<std::string>());
+  // Checked as the float the sampler gets: 1e-300 is above 0 as a double and 0 as a float.
+  if (!(static_cast<float>(top_p) > 0.0f))
+    fail_usage("--top-p must be greater than 0 and at most 1 (1 = off), got " + flags["top-p"].as<std::string>());
   settings.sampler.top_p = static_cast<float>(top_p);
   settings.sampler.min_p = static_cast<float>(parse_real("--min-p", flags["min-p"].as<std::string>(), 0, 1));
   settings.sampler.repetition_penalty =

@@ -177,6 +177,7 @@ TEST_CASE("usage errors exit 2 with a message that names the problem", "[cli][us
   CHECK(colibri("run -p hi -f x.txt").exit_code == 2);
   CHECK(colibri("run -p hi stray").exit_code == 2);
   CHECK(colibri("run -p hi --temp nan").exit_code == 2);
+  CHECK(colibri("run -p hi --top-p 1e-300").exit_code == 2);  // 0 as the sampler's float
   CHECK(colibri("run -p hi --numa bind:x").exit_code == 2);
   Run isa = colibri("run -p hi --isa sse");
   CHECK(isa.exit_code == 2);
