@@ -52,7 +52,8 @@ int32_t status_from_kind(ErrorKind kind) {
     case ErrorKind::InvalidArgument: return COLIBRI_ERROR_INVALID_ARGUMENT;
     case ErrorKind::NonFinite: return COLIBRI_ERROR_NON_FINITE;
     case ErrorKind::OutOfMemory: return COLIBRI_ERROR_OUT_OF_MEMORY;
-    case ErrorKind::Internal: return COLIBRI_ERROR_INTERNAL;
+    case ErrorKind::Internal:
+    case ErrorKind::Cancelled: return COLIBRI_ERROR_INTERNAL;  // no library call can be cancelled this way
   }
   return COLIBRI_ERROR_INTERNAL;
 }

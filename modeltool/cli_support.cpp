@@ -1,9 +1,11 @@
 // modeltool/cli_support.cpp — option parsing, error reporting and progress for subcommands.
 #include "modeltool/cli_support.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 
 #include "modeltool/commands.h"
@@ -20,6 +22,7 @@ int exit_code_for(const Error &error) {
     case ErrorKind::Io: return kExitIo;
     case ErrorKind::Unsupported: return kExitUnsupported;
     case ErrorKind::NonFinite: return kExitCorrupt;
+    case ErrorKind::Cancelled: return kExitInterrupted;
     case ErrorKind::OutOfMemory:
     case ErrorKind::Internal: return kExitInternal;
   }
@@ -55,6 +58,35 @@ int report_error(const char *command, const Error &error) {
   std::fprintf(stderr, "colibri-model %s: %s: %s\n", command, error_kind_name(error.kind), error.message.c_str());
   return exit_code_for(error);
 }
+
+namespace {
+volatile std::sig_atomic_t g_interrupted = 0;
+
+extern "C" void on_interrupt(int signal_number) {
+  if (g_interrupted) {
+    std::signal(signal_number, SIG_DFL);
+    std::raise(signal_number);
+    return;
+  }
+  g_interrupted = 1;
+}
+}  // namespace
+
+void install_interrupt_handler() {
+  struct sigaction action{};
+  action.sa_handler = on_interrupt;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+bool interrupted() { return g_interrupted != 0; }
+
+Error interrupted_error() {
+  return make_error(ErrorKind::Cancelled, "stopped by a signal; the output was not written (no temporary file is left)");
+}
+
+void clear_interrupted() { g_interrupted = 0; }
 
 double monotonic_seconds() {
   using namespace std::chrono;

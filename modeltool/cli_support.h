@@ -36,4 +36,15 @@ class Progress {
 
 double monotonic_seconds();
 
+// Ctrl-C (SIGINT) and SIGTERM during a conversion or repack: the handler only sets a flag,
+// which the copy loops poll (interrupted) between chunks; they return interrupted_error(), so
+// the output's writer is destroyed uncommitted and removes its temporary file. Without this
+// an interrupted convert left OUT.tmp.XXXXXX behind (tens of GB for a real model). The flag is
+// the tool's only process-wide mutable state: a signal handler can reach nothing else.
+// A second signal while stopping ends the process at once (the default action).
+void install_interrupt_handler();
+bool interrupted();
+Error interrupted_error();
+void clear_interrupted();  // tests
+
 }  // namespace colibri::modeltool

@@ -14,6 +14,7 @@ inline constexpr int kExitNotAnImage = 3;   // some other kind of file
 inline constexpr int kExitIo = 4;           // missing file, permission, disk full
 inline constexpr int kExitUnsupported = 5;  // valid input that this build cannot handle
 inline constexpr int kExitInternal = 70;
+inline constexpr int kExitInterrupted = 130;  // Ctrl-C or SIGTERM; no output left behind
 
 int exit_code_for(const Error &error);
 

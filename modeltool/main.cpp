@@ -7,6 +7,7 @@
 #include <new>
 
 #include "colibri_version.h"
+#include "modeltool/cli_support.h"
 #include "modeltool/commands.h"
 
 namespace {
@@ -28,7 +29,8 @@ void print_usage(FILE *out) {
                "Run 'colibri-model <command> --help' for a command's options.\n"
                "\n"
                "exit codes: 0 ok, 1 corrupt image, 2 usage error, 3 not an image, 4 I/O error,\n"
-               "            5 unsupported input, 70 internal error\n",
+               "            5 unsupported input, 70 internal error,\n"
+               "            130 interrupted (nothing written)\n",
                COLIBRI_PROJECT_VERSION_STRING);
 }
 
@@ -61,6 +63,7 @@ int main(int argc, char **argv) {
     std::printf("colibri-model %s\n", COLIBRI_PROJECT_VERSION_STRING);
     return kExitOk;
   }
+  install_interrupt_handler();
   try {
     if (!std::strcmp(command, "inspect")) return finish_stdout(command, run_inspect(argc - 1, argv + 1));
     if (!std::strcmp(command, "verify")) return finish_stdout(command, run_verify(argc - 1, argv + 1));

@@ -58,6 +58,10 @@ Error compress_image(const RepackRequest &r) {
   Progress progress("compress", img->file_size());
   Error result;
   for (uint64_t pos = 0; pos < img->file_size() || pos == 0;) {
+    if (interrupted()) {
+      result = interrupted_error();
+      break;
+    }
     uint64_t n = std::min(chunk, img->file_size() - pos);
     bool last = pos + n == img->file_size();
     ZSTD_inBuffer input{base + pos, static_cast<size_t>(n), 0};
@@ -121,6 +125,10 @@ Error decompress_image(const RepackRequest &r) {
   uint64_t consumed = 0;
   Progress progress("decompress", in_size);
   while (!result) {
+    if (interrupted()) {
+      result = interrupted_error();
+      break;
+    }
     size_t n = std::fread(in_buffer.data(), 1, in_buffer.size(), in);
     if (n == 0) break;
     consumed += n;
@@ -173,7 +181,7 @@ Error convert_tensor(const image::Image &img, const image::TensorInfo &t, image:
   uint64_t cols = t.shape[t.rank - 1];
   uint64_t rows = t.element_count() / cols;
   if (target == t.dtype && (target != image::DType::Q8 || group == t.group_size))
-    return writer->append(src, t.size);  // same layout: copy
+    return interrupted() ? interrupted_error() : writer->append(src, t.size);  // same layout: copy
   uint64_t src_row = image::row_bytes(t.dtype, t.group_size, cols);
   uint64_t dst_row = image::row_bytes(target, group, cols);
   std::vector<float> values(cols), back(cols);
@@ -181,6 +189,7 @@ Error convert_tensor(const image::Image &img, const image::TensorInfo &t, image:
   float max_scale = 0.0f;
   double max_abs_value = 0.0;
   for (uint64_t r = 0; r < rows; ++r) {
+    if (interrupted()) return interrupted_error();
     const unsigned char *row = src + r * src_row;
     if (t.dtype == image::DType::Q8) image::dequantize_row_q8(row, cols, t.group_size, values.data());
     else image::decode_floats(t.dtype, row, cols, values.data());

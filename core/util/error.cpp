@@ -14,6 +14,7 @@ const char *error_kind_name(ErrorKind kind) {
     case ErrorKind::NonFinite: return "non-finite value";
     case ErrorKind::OutOfMemory: return "out of memory";
     case ErrorKind::Internal: return "internal error";
+    case ErrorKind::Cancelled: return "interrupted";
   }
   return "unknown error";
 }

@@ -20,6 +20,7 @@ enum class ErrorKind {
   NonFinite,    // NaN/Inf reached a guarded stage (policy "error")
   OutOfMemory,
   Internal,
+  Cancelled,    // the user interrupted a long operation (Ctrl-C in colibri-model); never from the C API
 };
 
 const char *error_kind_name(ErrorKind kind);

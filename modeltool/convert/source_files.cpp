@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "modeltool/cli_support.h"
 #include "util/strings.h"
 
 namespace colibri::modeltool::convert {
@@ -41,6 +42,7 @@ Error stream_file(int fd, const std::string &path, uint64_t *total, Consume cons
       return io_error("read", path, errno);
     }
     if (n == 0) break;
+    if (interrupted()) return interrupted_error();  // Ctrl-C while hashing a large shard
     consume(buffer.get(), static_cast<size_t>(n));
     offset += static_cast<uint64_t>(n);
   }

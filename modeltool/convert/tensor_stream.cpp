@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "image/dtype_convert.h"
+#include "modeltool/cli_support.h"
 #include "util/strings.h"
 
 namespace colibri::modeltool::convert {
@@ -24,6 +25,7 @@ Error TensorStreamer::write(const SafetensorsCheckpoint &checkpoint, const Plann
     const unsigned char *base = checkpoint.data(*source);
 
     for (uint64_t row = 0; row < rows; row += rows_per_chunk) {
+      if (interrupted()) return interrupted_error();  // the writer's temporary file goes with it
       const uint64_t n = std::min(rows_per_chunk, rows - row);
       const unsigned char *chunk = base + row * source_row_bytes;
       const uint64_t chunk_bytes = n * source_row_bytes;

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <chrono>
 #include <future>
+#include <csignal>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
@@ -23,6 +24,7 @@
 #include "model/config.h"
 #include "util/strings.h"
 #include "model/tensor_names.h"
+#include "modeltool/cli_support.h"
 #include "modeltool/commands.h"
 
 using namespace colibri;
@@ -648,4 +650,40 @@ TEST_CASE("a value beyond f16's range: f16 refuses and names it, bf16 and q8 sto
   argv.push_back(nullptr);
   CHECK(modeltool::run_repack(static_cast<int>(args.size()), argv.data()) == modeltool::kExitCorrupt);
   CHECK_FALSE(std::filesystem::exists(dir / "repacked.colibri"));
+}
+
+TEST_CASE("Ctrl-C: convert and repack stop with exit 130 and leave no file behind", "[convert][signal]") {
+  ScopedTempDir dir("interrupt");
+  SyntheticCheckpointSpec s;
+  s.expert_ffn = 32;
+  REQUIRE_FALSE(testing::write_synthetic_checkpoint(dir / "hf", s));
+  REQUIRE_FALSE(testing::convert(dir / "hf", dir / "f32.colibri", image::DType::F32));
+  auto listing = [&] {
+    std::set<std::string> names;
+    for (const auto &entry : std::filesystem::directory_iterator(dir.path()))
+      names.insert(entry.path().filename().string());
+    return names;
+  };
+  const std::set<std::string> before = listing();
+
+  modeltool::install_interrupt_handler();
+  std::raise(SIGINT);  // what Ctrl-C does; the handler only sets the flag
+  CHECK(modeltool::interrupted());
+  Error e = testing::convert(dir / "hf", dir / "m.colibri", image::DType::Q8);
+  CHECK(e.kind == ErrorKind::Cancelled);
+  CHECK(modeltool::exit_code_for(e) == modeltool::kExitInterrupted);
+  for (const char *mode : {"--dtype", "--compress"}) {
+    INFO(mode);
+    std::vector<std::string> args = {"repack", dir / "f32.colibri", dir / "r.colibri", mode};
+    if (std::string(mode) == "--dtype") args.push_back("f16");
+    std::vector<char *> argv;
+    for (std::string &a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    CHECK(modeltool::run_repack(static_cast<int>(args.size()), argv.data()) == modeltool::kExitInterrupted);
+  }
+  CHECK(listing() == before);  // no m.colibri, r.colibri or *.tmp.* left
+  modeltool::clear_interrupted();
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  REQUIRE_FALSE(testing::convert(dir / "hf", dir / "m.colibri", image::DType::Q8));  // the flag is gone
 }
