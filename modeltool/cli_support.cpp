@@ -75,6 +75,7 @@ extern "C" void on_interrupt(int signal_number) {
 void install_interrupt_handler() {
   struct sigaction action{};
   action.sa_handler = on_interrupt;
+  action.sa_flags = SA_RESTART;  // a read interrupted by the signal resumes; the loops then see the flag
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);

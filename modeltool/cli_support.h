@@ -41,7 +41,9 @@ double monotonic_seconds();
 // the output's writer is destroyed uncommitted and removes its temporary file. Without this
 // an interrupted convert left OUT.tmp.XXXXXX behind (tens of GB for a real model). The flag is
 // the tool's only process-wide mutable state: a signal handler can reach nothing else.
-// A second signal while stopping ends the process at once (the default action).
+// A second signal while stopping ends the process at once (the default action). Installed by
+// convert and repack only: the other commands keep the default action (they have no loop that
+// polls the flag, and `timeout` sends SIGTERM once).
 void install_interrupt_handler();
 bool interrupted();
 Error interrupted_error();

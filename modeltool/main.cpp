@@ -63,7 +63,6 @@ int main(int argc, char **argv) {
     std::printf("colibri-model %s\n", COLIBRI_PROJECT_VERSION_STRING);
     return kExitOk;
   }
-  install_interrupt_handler();
   try {
     if (!std::strcmp(command, "inspect")) return finish_stdout(command, run_inspect(argc - 1, argv + 1));
     if (!std::strcmp(command, "verify")) return finish_stdout(command, run_verify(argc - 1, argv + 1));

@@ -359,6 +359,7 @@ int run_repack(int argc, char **argv) {
   if (r.in == r.out || util::same_file(r.in, r.out))
     return usage("OUT is the same file as IN; repack never rewrites its input in place: choose another OUT");
 
+  install_interrupt_handler();  // Ctrl-C: stop within a chunk, remove the temporary output
   Error e = r.compress ? compress_image(r) : r.decompress ? decompress_image(r) : rewrite_image(r);
   if (e) return report_error("repack", e);
   return kExitOk;

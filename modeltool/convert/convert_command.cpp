@@ -85,6 +85,7 @@ int run_convert(int argc, char **argv) {
   request.progress = !quiet;
 
   convert::ConvertReport report;
+  install_interrupt_handler();  // Ctrl-C: stop within a chunk, remove the temporary output
   if (Error e = convert::convert_checkpoint(request, &report)) {
     // Corrupt here means the checkpoint, not an image: say so (same exit code).
     const char *kind = e.kind == ErrorKind::Corrupt ? "invalid checkpoint" : error_kind_name(e.kind);

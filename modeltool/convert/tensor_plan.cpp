@@ -134,6 +134,20 @@ bool source_float_dtype(const std::string &dtype, image::DType *out) {
 Error plan_tensors(const FamilyInfo &family, const model::ModelConfig &config, const SafetensorsCheckpoint &checkpoint,
                    TensorPlan *plan) {
   *plan = TensorPlan{};
+  // A lower bound on the checkpoint tensors config.json needs (4 attention projections per
+  // layer, 3 per expert of each MoE layer), before one name is built: within ModelLimits a
+  // config can still describe hundreds of millions of tensors, and listing their names would
+  // take tens of GB.
+  uint64_t needed = 4 * config.layer_count;
+  for (uint8_t moe : config.layer_is_moe) needed += moe ? 3 * config.expert_count : 3;
+  if (needed > checkpoint.tensors().size())
+    return make_error(ErrorKind::Corrupt,
+                      strprintf("config.json (%s) describes a model of at least %llu tensors (%llu layers, %llu "
+                                "experts) but the checkpoint holds %zu; check that config.json belongs to this "
+                                "checkpoint and that no shard is missing",
+                                family.architecture, static_cast<unsigned long long>(needed),
+                                static_cast<unsigned long long>(config.layer_count),
+                                static_cast<unsigned long long>(config.expert_count), checkpoint.tensors().size()));
   std::vector<Wanted> wanted = wanted_tensors(family, config);
 
   std::vector<std::string> missing;

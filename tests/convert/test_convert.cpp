@@ -7,6 +7,8 @@
 #include <chrono>
 #include <future>
 #include <csignal>
+#include <atomic>
+#include <thread>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <fstream>
@@ -683,7 +685,49 @@ TEST_CASE("Ctrl-C: convert and repack stop with exit 130 and leave no file behin
   }
   CHECK(listing() == before);  // no m.colibri, r.colibri or *.tmp.* left
   modeltool::clear_interrupted();
+
+  // The signal arriving while the image is being written (its temporary file exists): a
+  // checkpoint of ~200 MB, and a thread that raises SIGINT as soon as the .tmp file appears.
+  SyntheticCheckpointSpec big;
+  big.hidden = 512;
+  big.heads = 8;
+  big.kv_heads = 4;
+  big.experts = 8;
+  big.expert_ffn = 1024;
+  big.layers = 4;
+  REQUIRE_FALSE(testing::write_synthetic_checkpoint(dir / "big", big));
+  const std::set<std::string> before_big = listing();
+  std::atomic<bool> saw_temp{false}, done{false};
+  std::thread watcher([&] {
+    while (!done) {
+      for (const auto &entry : std::filesystem::directory_iterator(dir.path()))
+        if (entry.path().filename().string().find(".tmp.") != std::string::npos) {
+          saw_temp = true;
+          std::raise(SIGINT);
+          return;
+        }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  e = testing::convert(dir / "big", dir / "big.colibri", image::DType::Q8);
+  done = true;
+  watcher.join();
+  REQUIRE(saw_temp);  // else the conversion ended before the signal: make the checkpoint larger
+  CHECK(e.kind == ErrorKind::Cancelled);
+  CHECK(listing() == before_big);  // no big.colibri and no big.colibri.tmp.* left
+  modeltool::clear_interrupted();
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
   REQUIRE_FALSE(testing::convert(dir / "hf", dir / "m.colibri", image::DType::Q8));  // the flag is gone
+}
+
+TEST_CASE("refused at once: a config.json far larger than its checkpoint, within the dimension limits", "[convert][errors]") {
+  // 4096 layers of 65536 experts: inside ModelLimits, but 805 million expert tensors whose names
+  // alone took tens of GB before the checkpoint was compared with them.
+  SyntheticCheckpointSpec s;
+  s.config_overrides = {{"num_hidden_layers", model::ModelLimits::kLayerCount},
+                        {"num_local_experts", model::ModelLimits::kExpertCount}};
+  Error e = convert_damaged(s, kNoDamage);
+  CHECK(e.kind == ErrorKind::Corrupt);
+  CHECK_THAT(e.message, Contains("describes a model of at least 805322752 tensors (4096 layers, 65536 experts)"));
 }
