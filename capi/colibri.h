@@ -484,6 +484,8 @@ typedef struct colibri_session_options {
   uint32_t max_isa;           /* COLIBRI_ISA_*: the widest instruction set the kernels may use.
                                  Default AUTO (an appended field: a struct_size without it is
                                  still accepted and means AUTO) */
+  uint32_t reserved0;         /* must be 0: names the padding after max_isa, so that the next
+                                 appended field changes struct_size */
 } colibri_session_options;
 
 /* Fills *options with the defaults (pass sizeof *options). Thread-safe. */

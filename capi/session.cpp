@@ -121,6 +121,7 @@ COLIBRI_API int32_t colibri_session_create(colibri_model *model, const colibri_s
                         "colibri_session_options.non_finite_policy " + std::to_string(o.non_finite_policy) +
                             " is not a COLIBRI_NON_FINITE_* value (0..2)");
     COLIBRI_REQUIRE_ARG(o.force_scalar <= 1, "colibri_session_options.force_scalar must be 0 or 1");
+    COLIBRI_REQUIRE_ARG(o.reserved0 == 0, "colibri_session_options.reserved0 must be 0");
     COLIBRI_REQUIRE_ARG(o.max_isa <= COLIBRI_ISA_AVX512, "colibri_session_options.max_isa " + std::to_string(o.max_isa) +
                                                              " is not a COLIBRI_ISA_* value (0..3)");
     COLIBRI_REQUIRE_ARG(o.numa_policy <= COLIBRI_NUMA_INTERLEAVE, "colibri_session_options.numa_policy " +

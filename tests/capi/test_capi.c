@@ -834,13 +834,16 @@ static int isa_rank(const char *backend) {
 
 static int isa_session_logits(colibri_model *model, size_t struct_size, uint32_t max_isa, uint32_t force_scalar,
                               float *out, int *rank) {
-  unsigned char bytes[sizeof(colibri_session_options)];
-  colibri_session_options *so = (colibri_session_options *)(void *)bytes;
+  union {
+    colibri_session_options options;
+    unsigned char bytes[sizeof(colibri_session_options)];
+  } storage;
+  colibri_session_options *so = &storage.options;
   colibri_session *session = NULL;
   colibri_session_info info;
   const float *logits = NULL;
   size_t vocab = 0;
-  memset(bytes, 0, sizeof bytes);
+  memset(storage.bytes, 0, sizeof storage.bytes);
   CHECK_OK(colibri_session_options_init(so, struct_size));
   so->context_length = 64;
   so->threads = 2;
@@ -889,6 +892,10 @@ static void test_max_isa(colibri_model *model) {
   /* The ABI-1 struct, which ends before max_isa: accepted, AUTO. */
   CHECK(isa_session_logits(model, offsetof(colibri_session_options, max_isa), 0, 0, capped, &rank));
   CHECK(rank == best && memcmp(capped, auto_logits, sizeof capped) == 0);
+  /* reserved0 (the named padding after max_isa) must be 0. */
+  so.reserved0 = 1;
+  CHECK_STATUS(colibri_session_create(model, &so, &session), COLIBRI_ERROR_INVALID_ARGUMENT);
+  so.reserved0 = 0;
   /* Out of range: INVALID_ARGUMENT naming the field. */
   so.max_isa = COLIBRI_ISA_AVX512 + 1;
   session = (colibri_session *)1;

@@ -1610,6 +1610,7 @@ pub struct colibri_session_options {
     pub numa_policy: u32,
     pub numa_node: u32,
     pub max_isa: u32,
+    pub reserved0: u32,
 }
 #[test]
 fn bindgen_test_layout_colibri_session_options() {
@@ -1861,6 +1862,23 @@ fn bindgen_test_layout_colibri_session_options() {
         );
     }
     test_field_max_isa();
+    fn test_field_reserved0() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_session_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).reserved0) as usize - ptr as usize
+            },
+            60usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_session_options),
+                "::",
+                stringify!(reserved0)
+            )
+        );
+    }
+    test_field_reserved0();
 }
 extern "C" {
     pub fn colibri_session_options_init(
