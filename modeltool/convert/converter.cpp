@@ -199,6 +199,8 @@ Error convert_checkpoint(const ConvertOptions &options, ConvertReport *report) {
   {
     Error tokenizer_error;
     auto loaded = tokenizer::Tokenizer::from_json(tokenizer["json"].get_ref<const std::string &>(), &tokenizer_error);
+    if (!loaded && (tokenizer_error.kind == ErrorKind::OutOfMemory || tokenizer_error.kind == ErrorKind::Internal))
+      return tokenizer_error;
     if (!loaded && tokenizer_error.kind != ErrorKind::Unsupported)
       return make_error(ErrorKind::Corrupt, strprintf("'%s' cannot be used: %s. Copy it again from the model repository",
                                                       files.path("tokenizer.json").c_str(),
