@@ -193,24 +193,16 @@ Error convert_tensor(const image::Image &img, const image::TensorInfo &t, image:
     const unsigned char *row = src + r * src_row;
     if (t.dtype == image::DType::Q8) image::dequantize_row_q8(row, cols, t.group_size, values.data());
     else image::decode_floats(t.dtype, row, cols, values.data());
+    const size_t bad = image::first_unstorable(target, values.data(), cols);
+    if (bad != cols)
+      return make_error(ErrorKind::NonFinite,
+                        strprintf("tensor '%s' holds %g at row %llu, column %zu: %s. Repack to --dtype %s instead",
+                                  t.name.c_str(), static_cast<double>(values[bad]), static_cast<unsigned long long>(r),
+                                  bad, image::unstorable_reason(target), image::storable_alternatives(target)));
     if (target == image::DType::Q8) {
-      const size_t bad = image::first_non_finite(values.data(), cols);
-      if (bad != cols)
-        return make_error(ErrorKind::NonFinite,
-                          strprintf("tensor '%s' holds %g at row %llu, column %zu: q8 cannot store NaN or infinity. "
-                                    "Repack to --dtype f16, bf16 or f32 instead",
-                                    t.name.c_str(), static_cast<double>(values[bad]),
-                                    static_cast<unsigned long long>(r), bad));
       float err = image::quantize_row_q8(values.data(), cols, group, encoded.data(), &max_scale);
       report->max_abs_error = std::max<double>(report->max_abs_error, err);
     } else {
-      const size_t big = image::first_overflow(target, values.data(), cols);
-      if (big != cols)
-        return make_error(ErrorKind::NonFinite,
-                          strprintf("tensor '%s' holds %g at row %llu, column %zu, beyond the range of %s: it would "
-                                    "be stored as infinity. Repack to --dtype bf16 or f32 instead",
-                                    t.name.c_str(), static_cast<double>(values[big]),
-                                    static_cast<unsigned long long>(r), big, image::dtype_name(target)));
       image::encode_floats(target, values.data(), cols, encoded.data());
       image::decode_floats(target, encoded.data(), cols, back.data());
       for (uint64_t c = 0; c < cols; ++c) {

@@ -96,6 +96,30 @@ size_t first_overflow(DType dtype, const float *src, size_t count) {
   return count;
 }
 
+size_t first_unstorable(DType dtype, const float *src, size_t count) {
+  return dtype == DType::Q8 ? first_non_finite(src, count) : first_overflow(dtype, src, count);
+}
+
+const char *unstorable_reason(DType dtype) {
+  switch (dtype) {
+    case DType::Q8: return "q8 cannot store NaN or infinity";
+    case DType::F16: return "beyond the range of f16, it would be stored as infinity";
+    case DType::BF16: return "beyond the range of bf16, it would be stored as infinity";
+    case DType::F32: break;
+  }
+  return "f32 stores every value";
+}
+
+const char *storable_alternatives(DType dtype) {
+  switch (dtype) {
+    case DType::Q8: return "f16, bf16 or f32";
+    case DType::F16: return "bf16 or f32";
+    case DType::BF16:
+    case DType::F32: break;
+  }
+  return "f32";
+}
+
 void dequantize_row_q8(const void *src, size_t cols, uint32_t group_size, float *dst) {
   const unsigned char *in = static_cast<const unsigned char *>(src);
   for (size_t g = 0; g < cols / group_size; ++g) {

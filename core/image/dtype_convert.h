@@ -34,6 +34,14 @@ size_t first_non_finite(const float *src, size_t count);
 // (beyond f16's ±65504 or bf16's ±3.39e38 after rounding), or count when there is none (and
 // always for F32 and Q8).
 size_t first_overflow(DType dtype, const float *src, size_t count);
+// What the writers (convert, repack) refuse to store in `dtype`: the index of the first value of
+// src[0, count) that `dtype` cannot hold faithfully (q8: NaN or infinity; f16/bf16: a finite
+// value it would store as infinity), or count. f32 stores everything.
+size_t first_unstorable(DType dtype, const float *src, size_t count);
+// For the error message about such a value: why it cannot be stored ("q8 cannot store NaN or
+// infinity"), and the dtypes that can store it ("f16, bf16 or f32").
+const char *unstorable_reason(DType dtype);
+const char *storable_alternatives(DType dtype);
 // Dequantises one Q8 row back to floats.
 void dequantize_row_q8(const void *src, size_t cols, uint32_t group_size, float *dst);
 

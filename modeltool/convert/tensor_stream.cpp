@@ -40,28 +40,16 @@ Error TensorStreamer::write(const SafetensorsCheckpoint &checkpoint, const Plann
         for (uint64_t r = 0; r < n; ++r) {
           const float *in = rows_.data() + r * cols;
           unsigned char *out = encoded_.data() + r * out_row_bytes;
-          if (stored == image::DType::Q8) {
-            const size_t bad = image::first_non_finite(in, cols);
-            if (bad != cols)
-              return make_error(ErrorKind::NonFinite,
-                                util::strprintf("checkpoint tensor '%s' holds %g at row %llu, column %zu (image "
-                                                "tensor '%s'): q8 cannot store NaN or infinity. Fix the checkpoint, "
-                                                "or convert with --dtype f16, bf16 or f32",
-                                                source->name.c_str(), static_cast<double>(in[bad]),
-                                                static_cast<unsigned long long>(row + r), bad, tensor.spec.name.c_str()));
-            image::quantize_row_q8(in, cols, group, out, nullptr);
-          } else {
-            const size_t big = image::first_overflow(stored, in, cols);
-            if (big != cols)
-              return make_error(ErrorKind::NonFinite,
-                                util::strprintf("checkpoint tensor '%s' holds %g at row %llu, column %zu (image "
-                                                "tensor '%s'), beyond the range of %s: it would be stored as "
-                                                "infinity. Convert with --dtype bf16 or f32",
-                                                source->name.c_str(), static_cast<double>(in[big]),
-                                                static_cast<unsigned long long>(row + r), big, tensor.spec.name.c_str(),
-                                                image::dtype_name(stored)));
-            image::encode_floats(stored, in, cols, out);
-          }
+          const size_t bad = image::first_unstorable(stored, in, cols);
+          if (bad != cols)
+            return make_error(ErrorKind::NonFinite,
+                              util::strprintf("checkpoint tensor '%s' holds %g at row %llu, column %zu (image tensor "
+                                              "'%s'): %s. Fix the checkpoint, or convert with --dtype %s",
+                                              source->name.c_str(), static_cast<double>(in[bad]),
+                                              static_cast<unsigned long long>(row + r), bad, tensor.spec.name.c_str(),
+                                              image::unstorable_reason(stored), image::storable_alternatives(stored)));
+          if (stored == image::DType::Q8) image::quantize_row_q8(in, cols, group, out, nullptr);
+          else image::encode_floats(stored, in, cols, out);
         }
         error = writer->append(encoded_.data(), encoded_.size());
       }
