@@ -7,7 +7,6 @@
 #include <new>
 
 #include "colibri_version.h"
-#include "modeltool/cli_support.h"
 #include "modeltool/commands.h"
 
 namespace {

@@ -2,10 +2,8 @@
 // image holds every tensor with the right name, shape, dtype and values (experts stacked
 // in order), the metadata has exactly the documented shape, and every refusal names its
 // cause and leaves no output behind.
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <chrono>
-#include <future>
 #include <csignal>
 #include <atomic>
 #include <thread>
@@ -22,6 +20,7 @@
 #include "convert/expected_mapping.h"
 #include "convert/safetensors_writer.h"
 #include "convert/synthetic_checkpoint.h"
+#include "support/fifo_guard.h"
 #include "image/writer.h"
 #include "model/config.h"
 #include "util/strings.h"
@@ -606,14 +605,7 @@ TEST_CASE("a FIFO in the checkpoint directory is refused at once, not waited on"
     const std::string path = dir / ("hf/" + file);
     std::filesystem::remove(path);
     REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
-    auto converted = std::async(std::launch::async, [&] { return testing::convert(dir / "hf", dir / "m.colibri"); });
-    if (converted.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
-      FAIL_CHECK("convert blocked on a FIFO");
-      const int writer = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);  // lets the blocked open return
-      converted.wait();
-      if (writer >= 0) ::close(writer);
-    }
-    const Error e = converted.get();
+    const Error e = testing::call_refusing_fifo(path, [&] { return testing::convert(dir / "hf", dir / "m.colibri"); });
     CHECK(e.kind == ErrorKind::Io);
     CHECK_THAT(e.message, Contains("not a regular file"));
   }
