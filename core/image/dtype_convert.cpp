@@ -22,7 +22,7 @@ uint16_t f32_to_bf16(float f) { return kernels::f32_to_bf16_value(f); }
 // scalar definitions inlined there): bit for bit the element functions above on every
 // machine, NaN payloads included, which the SIMD tables do not promise.
 void decode_floats(DType dtype, const void *src, size_t count, float *dst) {
-  const kernels::KernelTable &scalar = kernels::kernel_table(kernels::Isa::Scalar);
+  const kernels::KernelTable &scalar = kernels::scalar_kernel_table();
   switch (dtype) {
     case DType::F32:
       std::memcpy(dst, src, count * 4);
@@ -39,7 +39,7 @@ void decode_floats(DType dtype, const void *src, size_t count, float *dst) {
 }
 
 void encode_floats(DType dtype, const float *src, size_t count, void *dst) {
-  const kernels::KernelTable &scalar = kernels::kernel_table(kernels::Isa::Scalar);
+  const kernels::KernelTable &scalar = kernels::scalar_kernel_table();
   switch (dtype) {
     case DType::F32:
       std::memcpy(dst, src, count * 4);
@@ -60,7 +60,7 @@ void encode_floats(DType dtype, const float *src, size_t count, void *dst) {
 // round half away from zero). It used to be a second implementation here that multiplied by
 // 1 / scale, which rounds differently when x / scale lies within an ulp of a half.
 float quantize_row_q8(const float *src, size_t cols, uint32_t group_size, void *dst, float *max_scale) {
-  kernels::kernel_table(kernels::Isa::Scalar).quantize_row_q8(src, cols, group_size, dst);
+  kernels::scalar_kernel_table().quantize_row_q8(src, cols, group_size, dst);
   const unsigned char *block = static_cast<const unsigned char *>(dst);
   float worst = 0.0f;
   for (size_t g = 0; g < cols / group_size; ++g, block += q8_block_bytes(group_size)) {

@@ -1,9 +1,6 @@
-// kernels/cpu/dispatch.cpp — run-time choice of the kernel table, the shared argument checks
-// and the small public helpers of kernels.h. Compiled without ISA flags.
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <initializer_list>
+// kernels/cpu/dispatch.cpp — run-time choice of the kernel table (CPU feature probes).
+// Compiled without ISA flags. The argument checks and the ISA-independent helpers of kernels.h
+// are in common.cpp (library colibri_kernels_scalar, which tools link without the SIMD tables).
 
 #if defined(COLIBRI_KERNELS_X86)
 #include <cpuid.h>
@@ -48,92 +45,18 @@ const CpuFeatures &cpu() {
   return features;
 }
 
-[[noreturn]] void fail(const char *what, unsigned long long a, unsigned long long b) {
-  std::fprintf(stderr, "colibri kernels: precondition violated: %s (%llu, %llu)\n", what, a, b);
-  std::abort();
-}
-
 }  // namespace
 
 bool cpu_supports_avx2() { return cpu().avx2; }
 bool cpu_supports_avx512() { return cpu().avx512; }
 bool cpu_supports_avx512_vnni() { return cpu().avx512_vnni; }
 
-void check_q8_args(uint32_t group_size, size_t cols) {
-  if (group_size != kQ8GroupSizeSmall && group_size != kQ8GroupSizeLarge)
-    fail("q8 group_size must be 32 or 64", group_size, cols);
-  if (cols % group_size != 0) fail("q8 cols must be a multiple of group_size", cols, group_size);
-}
-
-void check_matmul_args(const void *weights, DType dtype, uint32_t group_size, size_t cols,
-                       size_t row_begin, size_t row_end, const void *x, size_t token_count,
-                       const float *y, size_t y_stride) {
-  if (static_cast<uint32_t>(dtype) > static_cast<uint32_t>(DType::Q8))
-    fail("unknown weight dtype", static_cast<uint32_t>(dtype), 0);
-  if (dtype == DType::Q8) check_q8_args(group_size, cols);
-  if (row_begin > row_end) fail("row_begin > row_end", row_begin, row_end);
-  if (row_begin == row_end || token_count == 0) return;
-  if (weights == nullptr || x == nullptr || y == nullptr) fail("null weights, x or y", 0, 0);
-  if (token_count > 1 && y_stride < row_end) fail("y_stride < row_end", y_stride, row_end);
-}
-
 }  // namespace detail
-
-size_t row_bytes(DType dtype, uint32_t group_size, size_t cols) {
-  switch (dtype) {
-    case DType::F32: return cols * 4;
-    case DType::F16:
-    case DType::BF16: return cols * 2;
-    case DType::Q8: return group_size == 0 ? 0 : cols / group_size * q8_block_bytes(group_size);
-  }
-  return 0;
-}
-
-bool weights_supported(DType dtype, uint32_t group_size, size_t cols) {
-  switch (dtype) {
-    case DType::F32:
-    case DType::F16:
-    case DType::BF16: return true;
-    case DType::Q8:
-      return (group_size == kQ8GroupSizeSmall || group_size == kQ8GroupSizeLarge) &&
-             cols % group_size == 0;
-  }
-  return false;
-}
 
 Isa best_isa() {
   if (detail::cpu_supports_avx512()) return Isa::Avx512;
   if (detail::cpu_supports_avx2()) return Isa::Avx2;
   return Isa::Scalar;
-}
-
-const char *isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::Scalar: return "scalar";
-    case Isa::Avx2: return "avx2";
-    case Isa::Avx512: return "avx512";
-  }
-  return "unknown";
-}
-
-bool parse_isa(const char *name, Isa *isa) {
-  for (Isa candidate : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
-    if (std::strcmp(name, isa_name(candidate)) == 0) {
-      *isa = candidate;
-      return true;
-    }
-  }
-  return false;
-}
-
-const char *dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::F32: return "f32";
-    case DType::F16: return "f16";
-    case DType::BF16: return "bf16";
-    case DType::Q8: return "q8";
-  }
-  return "unknown";
 }
 
 const KernelTable &kernel_table(Isa isa) {
@@ -149,10 +72,5 @@ const KernelTable &kernel_table(Isa isa) {
 }
 
 const KernelTable &default_kernel_table() { return kernel_table(best_isa()); }
-
-float f16_to_f32_value(uint16_t h) { return detail::f16_to_f32_scalar(h); }
-float bf16_to_f32_value(uint16_t h) { return detail::bf16_to_f32_scalar(h); }
-uint16_t f32_to_f16_value(float f) { return detail::f32_to_f16_scalar(f); }
-uint16_t f32_to_bf16_value(float f) { return detail::f32_to_bf16_scalar(f); }
 
 }  // namespace colibri::kernels

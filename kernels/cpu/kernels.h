@@ -162,6 +162,12 @@ const KernelTable &kernel_table(Isa isa);
 // kernel_table(best_isa()).
 const KernelTable &default_kernel_table();
 
+// The scalar table: the same object as kernel_table(Isa::Scalar), the reference every other
+// table is tested against. Tools that want the reference rounding and nothing else (the
+// converter's q8 quantiser and row conversions) call this one: it is in the small library
+// colibri_kernels_scalar, which links without the SIMD tables and the CPU probes.
+const KernelTable &scalar_kernel_table();
+
 // Single-value conversions (exact definitions the row conversions follow).
 float f16_to_f32_value(uint16_t h);
 float bf16_to_f32_value(uint16_t h);

@@ -308,5 +308,6 @@ constexpr KernelTable kTable = {
 }  // namespace scalar
 
 const KernelTable &detail::scalar_table() { return scalar::kTable; }
+const KernelTable &scalar_kernel_table() { return scalar::kTable; }
 
 }  // namespace colibri::kernels

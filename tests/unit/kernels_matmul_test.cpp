@@ -303,6 +303,8 @@ TEST_CASE("a NaN or Inf activation makes the outputs it feeds non-finite", "[ker
 TEST_CASE("kernel_table falls back to the best level the CPU has", "[kernels][dispatch]") {
   const Isa best = best_isa();
   REQUIRE(kernel_table(Isa::Scalar).isa == Isa::Scalar);
+  // The image layer's reference table (colibri_kernels_scalar) is the engine's scalar table.
+  REQUIRE(&scalar_kernel_table() == &kernel_table(Isa::Scalar));
   REQUIRE(kernel_table(Isa::Avx512).isa == best);
   REQUIRE(kernel_table(Isa::Avx2).isa == (best == Isa::Scalar ? Isa::Scalar : Isa::Avx2));
   REQUIRE(default_kernel_table().isa == best);

@@ -1,0 +1,99 @@
+// kernels/cpu/common.cpp — what every table shares and needs no ISA: the argument checks, the
+// small public helpers of kernels.h and the single-value conversions. Compiled without ISA
+// flags, into colibri_kernels_scalar together with the scalar table (kernels/CMakeLists.txt).
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+
+#include "kernels/cpu/internal.h"
+
+namespace colibri::kernels {
+namespace detail {
+
+namespace {
+
+[[noreturn]] void fail(const char *what, unsigned long long a, unsigned long long b) {
+  std::fprintf(stderr, "colibri kernels: precondition violated: %s (%llu, %llu)\n", what, a, b);
+  std::abort();
+}
+
+}  // namespace
+
+void check_q8_args(uint32_t group_size, size_t cols) {
+  if (group_size != kQ8GroupSizeSmall && group_size != kQ8GroupSizeLarge)
+    fail("q8 group_size must be 32 or 64", group_size, cols);
+  if (cols % group_size != 0) fail("q8 cols must be a multiple of group_size", cols, group_size);
+}
+
+void check_matmul_args(const void *weights, DType dtype, uint32_t group_size, size_t cols,
+                       size_t row_begin, size_t row_end, const void *x, size_t token_count,
+                       const float *y, size_t y_stride) {
+  if (static_cast<uint32_t>(dtype) > static_cast<uint32_t>(DType::Q8))
+    fail("unknown weight dtype", static_cast<uint32_t>(dtype), 0);
+  if (dtype == DType::Q8) check_q8_args(group_size, cols);
+  if (row_begin > row_end) fail("row_begin > row_end", row_begin, row_end);
+  if (row_begin == row_end || token_count == 0) return;
+  if (weights == nullptr || x == nullptr || y == nullptr) fail("null weights, x or y", 0, 0);
+  if (token_count > 1 && y_stride < row_end) fail("y_stride < row_end", y_stride, row_end);
+}
+
+}  // namespace detail
+
+size_t row_bytes(DType dtype, uint32_t group_size, size_t cols) {
+  switch (dtype) {
+    case DType::F32: return cols * 4;
+    case DType::F16:
+    case DType::BF16: return cols * 2;
+    case DType::Q8: return group_size == 0 ? 0 : cols / group_size * q8_block_bytes(group_size);
+  }
+  return 0;
+}
+
+bool weights_supported(DType dtype, uint32_t group_size, size_t cols) {
+  switch (dtype) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16: return true;
+    case DType::Q8:
+      return (group_size == kQ8GroupSizeSmall || group_size == kQ8GroupSizeLarge) &&
+             cols % group_size == 0;
+  }
+  return false;
+}
+
+const char *isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "unknown";
+}
+
+bool parse_isa(const char *name, Isa *isa) {
+  for (Isa candidate : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    if (std::strcmp(name, isa_name(candidate)) == 0) {
+      *isa = candidate;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char *dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return "f32";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+    case DType::Q8: return "q8";
+  }
+  return "unknown";
+}
+
+float f16_to_f32_value(uint16_t h) { return detail::f16_to_f32_scalar(h); }
+float bf16_to_f32_value(uint16_t h) { return detail::bf16_to_f32_scalar(h); }
+uint16_t f32_to_f16_value(float f) { return detail::f32_to_f16_scalar(f); }
+uint16_t f32_to_bf16_value(float f) { return detail::f32_to_bf16_scalar(f); }
+
+}  // namespace colibri::kernels
