@@ -2,6 +2,7 @@
 #include "runtime/generation.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "util/strings.h"
 
@@ -94,6 +95,10 @@ void Generation::release_text(bool final, std::string *piece) {
 Error Generation::next(std::string *piece, bool *done) {
   piece->clear();
   *done = false;
+  if (context_full_) {  // the previous call released the last text; now the error
+    finished_ = true;
+    return std::exchange(context_full_, Error{});
+  }
   if (finished_) {
     *done = true;
     return {};
@@ -141,11 +146,25 @@ Error Generation::next(std::string *piece, bool *done) {
   }
   // Feed the token back unless this was the last one allowed.
   if (generated_.size() < options_.max_tokens) {
-    if (position_ >= session_.options().context_length)
-      return make_error(ErrorKind::InvalidArgument,
-                        strprintf("the context is full (%u tokens: %zu prompt + %zu generated); raise the context "
-                                  "length or lower max_tokens",
-                                  session_.options().context_length, prompt_length_, generated_.size()));
+    if (position_ >= session_.options().context_length) {
+      // The sampled token cannot be fed back, but its text belongs to the output: release all
+      // text first (held-back bytes and stop-string prefixes included, as at any end) and
+      // report the full context on the next call, or now if there is no text.
+      Error full = make_error(ErrorKind::InvalidArgument,
+                              strprintf("the context is full (%u tokens: %zu prompt + %zu generated); raise the "
+                                        "context length or lower max_tokens",
+                                        session_.options().context_length, prompt_length_, generated_.size()));
+      std::string tail;
+      if (Error e = decoder_.flush(&tail)) return e;
+      pending_ += tail;
+      release_text(true, piece);
+      if (piece->empty()) {
+        finished_ = true;
+        return full;
+      }
+      context_full_ = std::move(full);
+      return {};
+    }
     BatchEntry e{options_.sequence, position_, token, 1};
     if (Error fe = session_.forward(&e, 1)) return fe;
     ++position_;

@@ -65,6 +65,7 @@ class Generation {
   uint32_t position_ = 0;   // next position to write
   std::string pending_;     // decoded text not yet released (may hold a stop-string prefix)
   FinishReason finish_ = FinishReason::None;
+  Error context_full_;      // set when the context filled up: returned by the call after the last text
   bool finished_ = false;
   bool cancelled_ = false;
 };

@@ -167,3 +167,31 @@ TEST_CASE("running out of context is an error, not a truncation", "[generation]"
   e = runtime::generate(*s, *bundled().tokenizer, long_prompt, greedy(4), nullptr, &text, nullptr);
   CHECK_THAT(e.message, Catch::Contains("prompt has 20 tokens but the context holds 16"));
 }
+
+TEST_CASE("when the context fills up, the text of every generated token was delivered", "[generation]") {
+  // The last token sampled cannot be fed back, but it was generated: its text (and any text
+  // held back for a character or a stop-string prefix) comes out before the error.
+  auto s = session(2, 16);
+  auto prompt = encode("And God said,");
+  runtime::GenerateOptions o = greedy(64);
+  o.stop_strings = {"zzzz-never"};
+  Error err;
+  auto g = runtime::Generation::start(*s, *bundled().tokenizer, prompt, o, &err);
+  REQUIRE(g);
+  std::string text, piece;
+  bool done = false;
+  Error e;
+  while (!done && !(e = g->next(&piece, &done))) text += piece;
+  CHECK_FALSE(done);
+  CHECK_THAT(e.message, Catch::Contains("context is full"));
+  const std::vector<int32_t> &ids = g->generated_tokens();
+  CHECK(ids.size() == 16 - prompt.size() + 1);  // every position filled, plus the one not fed back
+  std::string expected;
+  REQUIRE(bundled().tokenizer->decode(ids.data(), ids.size(), false, &expected).ok());
+  CHECK(text == expected);
+  // Finished: a further call does not sample again.
+  CHECK(g->next(&piece, &done).ok());
+  CHECK(done);
+  CHECK(piece.empty());
+  CHECK(g->generated_tokens().size() == ids.size());
+}
