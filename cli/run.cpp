@@ -226,11 +226,11 @@ int run_command(int argc, char **argv) {
        cxxopts::value<std::string>()->default_value("0.95"), "P")
       ("min-p", "drop tokens with probability < M x the top one's, 0..1; 0 = off",
        cxxopts::value<std::string>()->default_value("0.05"), "M")
-      ("repeat-penalty", "divide a seen token's positive logit by R (multiply a negative one), 0.01..100; 1 = off",
+      ("repeat-penalty", "divide a seen token's positive logit by R (multiply a negative one), 0.01..10; 1 = off",
        cxxopts::value<std::string>()->default_value("1"), "R")
-      ("presence-penalty", "subtract from a seen token's logit once, -100..100",
+      ("presence-penalty", "subtract from a seen token's logit once, -2..2",
        cxxopts::value<std::string>()->default_value("0"), "X")
-      ("frequency-penalty", "subtract from a token's logit per occurrence, -100..100",
+      ("frequency-penalty", "subtract from a token's logit per occurrence, -2..2",
        cxxopts::value<std::string>()->default_value("0"), "X")
       ("repeat-last-n", "tokens of history the penalties see, 0..1000000",
        cxxopts::value<std::string>()->default_value("64"), "N")
@@ -259,11 +259,11 @@ int run_command(int argc, char **argv) {
   settings.sampler.top_p = static_cast<float>(top_p);
   settings.sampler.min_p = static_cast<float>(parse_real("--min-p", flags["min-p"].as<std::string>(), 0, 1));
   settings.sampler.repetition_penalty =
-      static_cast<float>(parse_real("--repeat-penalty", flags["repeat-penalty"].as<std::string>(), 0.01, 100));
+      static_cast<float>(parse_real("--repeat-penalty", flags["repeat-penalty"].as<std::string>(), 0.01, 10));
   settings.sampler.presence_penalty =
-      static_cast<float>(parse_real("--presence-penalty", flags["presence-penalty"].as<std::string>(), -100, 100));
+      static_cast<float>(parse_real("--presence-penalty", flags["presence-penalty"].as<std::string>(), -2, 2));
   settings.sampler.frequency_penalty =
-      static_cast<float>(parse_real("--frequency-penalty", flags["frequency-penalty"].as<std::string>(), -100, 100));
+      static_cast<float>(parse_real("--frequency-penalty", flags["frequency-penalty"].as<std::string>(), -2, 2));
   settings.sampler.penalty_last_n =
       static_cast<uint32_t>(parse_integer("--repeat-last-n", flags["repeat-last-n"].as<std::string>(), 0, 1000000));
   uint64_t seed = flags.count("seed") ? static_cast<uint64_t>(parse_integer("--seed", flags["seed"].as<std::string>(), 0, INT64_MAX))

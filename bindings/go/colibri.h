@@ -593,14 +593,14 @@ COLIBRI_API int32_t colibri_session_copy_logits(const colibri_session *session, 
  * and inputs give the same tokens on every machine and thread count. */
 typedef struct colibri_sampler_options {
   uint32_t struct_size;       /* sizeof(colibri_sampler_options), set by the init function */
-  float temperature;          /* >= 0. Default 0.8. 0 = greedy */
+  float temperature;          /* 0..100. Default 0.8. 0 = greedy */
   uint32_t top_k;             /* Default 40. 0 = off */
   float top_p;                /* (0, 1]. Default 0.95. 1 = off */
   float min_p;                /* [0, 1]. Default 0.05. 0 = off; keeps p >= min_p * p_max */
-  float repetition_penalty;   /* > 0. Default 1 = off. HF rule: logit > 0 ? /= r : *= r */
-  float presence_penalty;     /* Default 0. Subtracted once from a seen token's logit */
-  float frequency_penalty;    /* Default 0. Subtracted per occurrence */
-  uint32_t penalty_last_n;    /* tokens of history the penalties see. Default 64; 0 = off */
+  float repetition_penalty;   /* (0, 10]. Default 1 = off. HF rule: logit > 0 ? /= r : *= r */
+  float presence_penalty;     /* -2..2. Default 0. Subtracted once from a seen token's logit */
+  float frequency_penalty;    /* -2..2. Default 0. Subtracted per occurrence */
+  uint32_t penalty_last_n;    /* 0..1048576 tokens of history the penalties see. Default 64; 0 = off */
   uint32_t reserved0;         /* must be 0 */
   uint64_t seed;              /* Default COLIBRI_SEED_FROM_SESSION (a standalone sampler: 0) */
 } colibri_sampler_options;

@@ -178,6 +178,21 @@ TEST_CASE("usage errors exit 2 with a message that names the problem", "[cli][us
   CHECK(colibri("run -p hi stray").exit_code == 2);
   CHECK(colibri("run -p hi --temp nan").exit_code == 2);
   CHECK(colibri("run -p hi --top-p 1e-300").exit_code == 2);  // 0 as the sampler's float
+  // The sampling flags' ranges are the library's (colibri_sampler_options): the edges run, a
+  // value beyond them is a usage error before any output, not a generation error after the echo.
+  for (const std::string edge : {"--repeat-penalty 10", "--repeat-penalty 0.01", "--presence-penalty 2",
+                                 "--presence-penalty -2", "--frequency-penalty 2", "--frequency-penalty -2",
+                                 "--temp 100", "--min-p 1"}) {
+    INFO(edge);
+    CHECK(colibri("run -p hi -n 2 --seed 1 " + edge).exit_code == 0);
+  }
+  for (const std::string beyond : {"--repeat-penalty 10.5", "--presence-penalty 2.5", "--frequency-penalty -3"}) {
+    INFO(beyond);
+    Run r = colibri("run -p hi -n 2 " + beyond);
+    CHECK(r.exit_code == 2);
+    CHECK(r.out.empty());
+    CHECK_THAT(r.err, Contains(beyond.substr(0, beyond.find(' '))));
+  }
   CHECK(colibri("run -p hi --numa bind:x").exit_code == 2);
   Run isa = colibri("run -p hi --isa sse");
   CHECK(isa.exit_code == 2);
