@@ -47,6 +47,8 @@
  *              field offset). Passing NULL for an options pointer means "all defaults".
  *              Output structs (colibri_model_info, ...) also begin with struct_size, which the
  *              caller sets to sizeof(the struct) before the call; the library fills what fits.
+ *              A struct_size more than 4096 bytes beyond the library's own struct is taken for
+ *              an uninitialised one: INVALID_ARGUMENT, nothing past struct_size itself touched.
  *              No struct is ever passed by value.
  *
  *  Threads     Stated per function. In short: the library functions are thread-safe; a model

@@ -101,14 +101,32 @@ void log_message(int32_t level, const std::string &message) noexcept {
   if (fn) fn(user, level, message.c_str());
 }
 
+namespace {
+
+// How far a caller's struct may outgrow this library's: a newer header appends fields, a few
+// at a time, so a struct_size beyond this is not a newer version but an uninitialised or
+// corrupted size, and reading or zeroing that many bytes would run off the caller's struct.
+constexpr size_t kMaxStructGrowth = 4096;
+
+bool implausibly_large(size_t size, size_t library_size) { return size > library_size + kMaxStructGrowth; }
+
+std::string too_large(size_t size, size_t library_size, const char *struct_name, const std::string &fix) {
+  return std::string(struct_name) + ".struct_size is " + std::to_string(size) + ", larger than any version of " +
+         struct_name + " could be (this library's is " + std::to_string(library_size) +
+         " bytes): is it uninitialised? " + fix;
+}
+
+}  // namespace
+
 int32_t read_options(const void *in, void *out, size_t library_size, size_t abi1_size, const char *struct_name) {
   if (!in) return COLIBRI_OK;  // defaults
   uint32_t size;
   std::memcpy(&size, in, sizeof size);
+  const std::string fix = std::string("initialise it with ") + struct_name + "_init(&options, sizeof options)";
   if (size < abi1_size)
     return invalid(std::string(struct_name) + ".struct_size is " + std::to_string(size) + ", smaller than any version of " +
-                   struct_name + " (" + std::to_string(abi1_size) + " bytes); initialise it with " + struct_name +
-                   "_init(&options, sizeof options)");
+                   struct_name + " (" + std::to_string(abi1_size) + " bytes); " + fix);
+  if (implausibly_large(size, library_size)) return invalid(too_large(size, library_size, struct_name, fix));
   const auto *bytes = static_cast<const unsigned char *>(in);
   for (size_t i = library_size; i < size; ++i)
     if (bytes[i] != 0)
@@ -123,7 +141,7 @@ int32_t read_options(const void *in, void *out, size_t library_size, size_t abi1
 int32_t init_options(void *out, size_t struct_size, const void *defaults, size_t library_size, size_t abi1_size,
                      const char *struct_name) {
   COLIBRI_REQUIRE_ARG(out, std::string(struct_name) + "_init: options must not be NULL");
-  if (struct_size < abi1_size || struct_size > UINT32_MAX)
+  if (struct_size < abi1_size || implausibly_large(struct_size, library_size))
     return invalid(std::string(struct_name) + "_init: struct_size " + std::to_string(struct_size) +
                    " is not the size of any version of " + struct_name + "; pass sizeof(" + struct_name + ")");
   std::memset(out, 0, struct_size);
@@ -140,6 +158,8 @@ int32_t write_output(void *out, const void *full, size_t library_size, size_t ab
   if (size < abi1_size)
     return invalid(std::string(struct_name) + ".struct_size is " + std::to_string(size) + "; set it to sizeof(" +
                    struct_name + ") before the call");
+  if (implausibly_large(size, library_size))
+    return invalid(too_large(size, library_size, struct_name, std::string("set it to sizeof(") + struct_name + ") before the call"));
   auto *bytes = static_cast<unsigned char *>(out);
   std::memcpy(bytes + sizeof size, static_cast<const unsigned char *>(full) + sizeof size,
               std::min<size_t>(size, library_size) - sizeof size);

@@ -159,6 +159,24 @@ static void test_options_struct_sizes(void) {
     CHECK(big[sizeof big - 1] == 0 && mi->vocab_size == 512);
     mi->struct_size = 4;
     CHECK_STATUS(colibri_model_get_info(model, mi), COLIBRI_ERROR_INVALID_ARGUMENT);
+    /* An absurd struct_size (uninitialised stack memory) is refused, never used to zero or
+     * read that many bytes: the caller's struct is all there is. */
+    memset(big, 0xCD, sizeof big);
+    mi->struct_size = 0x7FFFFFF0u;
+    CHECK_STATUS(colibri_model_get_info(model, mi), COLIBRI_ERROR_INVALID_ARGUMENT);
+    CHECK(big[sizeof big - 1] == 0xCD);
+  }
+  {
+    char message[256];
+    memset(bytes, 0, sizeof bytes);
+    CHECK_OK(colibri_session_options_init(o, sizeof *o));
+    o->struct_size = 0xFFFFFFFFu;
+    CHECK_STATUS(colibri_session_create(model, o, &session), COLIBRI_ERROR_INVALID_ARGUMENT);
+    colibri_last_error(message, sizeof message, NULL);
+    CHECK(strstr(message, "uninitialised") != NULL);
+    o->struct_size = (uint32_t)(sizeof *o + 4096 + 4); /* just beyond the bound */
+    CHECK_STATUS(colibri_session_create(model, o, &session), COLIBRI_ERROR_INVALID_ARGUMENT);
+    CHECK_STATUS(colibri_session_options_init(o, (size_t)1 << 40), COLIBRI_ERROR_INVALID_ARGUMENT);
   }
   colibri_model_close(model);
 }
