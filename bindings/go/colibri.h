@@ -622,7 +622,9 @@ COLIBRI_API int32_t colibri_sampler_create(const colibri_sampler_options *option
 COLIBRI_API void colibri_sampler_free(colibri_sampler *sampler);
 
 /* Picks a token from logits[0..vocab_size) (not modified). Does not record it: call
- * colibri_sampler_accept with the token actually used. One thread at a time per sampler. */
+ * colibri_sampler_accept with the token actually used. A logit of -inf masks its token.
+ * Errors: NON_FINITE (a NaN or +inf logit; the message names its index), INVALID_ARGUMENT
+ * (NULL, or every logit -inf). One thread at a time per sampler. */
 COLIBRI_API int32_t colibri_sampler_sample(colibri_sampler *sampler, const float *logits, int32_t *token);
 
 /* Records a token (prompt or generated) in the penalty history. Errors: INVALID_ARGUMENT (a

@@ -518,6 +518,28 @@ static void test_sampler(void) {
   CHECK_OK(colibri_sampler_sample(sampler, logits, &token));
   CHECK(token == 1); /* greedy, ties to the lower id */
   CHECK_STATUS(colibri_sampler_accept(sampler, 8), COLIBRI_ERROR_INVALID_ARGUMENT);
+  /* -inf masks a token; NaN and +inf are refused (not silently read as "token 0" or skipped);
+   * a row with nothing but -inf has nothing to sample. */
+  {
+    float masked[8], odd[8];
+    memcpy(masked, logits, sizeof masked);
+    masked[1] = -INFINITY;
+    CHECK_OK(colibri_sampler_sample(sampler, masked, &token));
+    CHECK(token == 3);
+    memcpy(odd, logits, sizeof odd);
+    odd[0] = NAN;
+    CHECK_STATUS(colibri_sampler_sample(sampler, odd, &token), COLIBRI_ERROR_NON_FINITE);
+    odd[0] = 0.1f;
+    odd[5] = INFINITY;
+    CHECK_STATUS(colibri_sampler_sample(sampler, odd, &token), COLIBRI_ERROR_NON_FINITE);
+    {
+      char message[256];
+      colibri_last_error(message, sizeof message, NULL);
+      CHECK(strstr(message, "logits[5]") != NULL);
+    }
+    for (i = 0; i < 8; ++i) odd[i] = -INFINITY;
+    CHECK_STATUS(colibri_sampler_sample(sampler, odd, &token), COLIBRI_ERROR_INVALID_ARGUMENT);
+  }
   colibri_sampler_free(sampler);
   /* Seeded sampling reproduces. */
   o.temperature = 1.0f;
@@ -533,6 +555,16 @@ static void test_sampler(void) {
     same &= a == b;
   }
   CHECK(same);
+  {
+    float masked[8];
+    int never = 1;
+    for (i = 0; i < 8; ++i) masked[i] = i % 2 ? -INFINITY : 0.0f;
+    for (i = 0; i < 50; ++i) {
+      CHECK_OK(colibri_sampler_sample(sampler, masked, &a));
+      never &= a % 2 == 0;
+    }
+    CHECK(never); /* a masked token is never drawn */
+  }
   CHECK_OK(colibri_sampler_reset(sampler));
   colibri_sampler_free(sampler);
   colibri_sampler_free(again);
