@@ -283,7 +283,13 @@ COLIBRI_API int32_t colibri_session_batch(colibri_session *session_handle, const
       uint32_t sequence = sequences ? sequences[i] : 0;
       if (int32_t s = check_sequence(session, sequence)) return s;
       uint32_t position = positions ? positions[i] : lengths[sequence];
-      if (position >= session->info.context_length) return context_full(session, sequence, position, 1);
+      // A position past the sequence's next one is a gap, which the engine's batch check
+      // reports (INVALID_ARGUMENT); only the next position beyond the context is a full context.
+      if (position >= session->info.context_length && position <= lengths[sequence]) {
+        size_t adding = 0;
+        for (size_t j = 0; j < count; ++j) adding += (sequences ? sequences[j] : 0) == sequence;
+        return context_full(session, sequence, session->session->sequence_length(sequence), adding);
+      }
       lengths[sequence] = std::max(lengths[sequence], position + 1);
       uint32_t want = want_logits ? (want_logits[i] != 0 ? 1u : 0u) : (i + 1 == count ? 1u : 0u);
       session->batch.push_back({sequence, position, tokens[i], want});

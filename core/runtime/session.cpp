@@ -101,15 +101,16 @@ Error Session::check_batch(const BatchEntry *entries, size_t count) const {
       return make_error(ErrorKind::InvalidArgument, strprintf("entry %zu: token id %d is outside the vocabulary "
                                                               "(0..%llu)",
                                                               i, e.token, static_cast<unsigned long long>(c.vocab_size - 1)));
+    // A gap first: a position far beyond the context is a gap, not a full sequence.
+    if (e.position > lengths[e.sequence])
+      return make_error(ErrorKind::InvalidArgument,
+                        strprintf("entry %zu: position %u of sequence %u leaves a gap (the sequence has %u tokens)", i,
+                                  e.position, e.sequence, lengths[e.sequence]));
     if (e.position >= options_.context_length)
       return make_error(ErrorKind::InvalidArgument,
                         strprintf("entry %zu: position %u is beyond the context length %u; the sequence is full "
                                   "(create the session with a larger context_length)",
                                   i, e.position, options_.context_length));
-    if (e.position > lengths[e.sequence])
-      return make_error(ErrorKind::InvalidArgument,
-                        strprintf("entry %zu: position %u of sequence %u leaves a gap (the sequence has %u tokens)", i,
-                                  e.position, e.sequence, lengths[e.sequence]));
     if (last[e.sequence] != kNoPosition && e.position != last[e.sequence] + 1)
       return make_error(ErrorKind::InvalidArgument,
                         strprintf("entry %zu: position %u of sequence %u does not follow its previous entry in the "

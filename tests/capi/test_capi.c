@@ -464,6 +464,19 @@ static void test_oracle_logits_and_greedy(colibri_model *model) {
     CHECK_OK(colibri_session_sequence_length(session, 0, &length));
     CHECK_OK(colibri_session_prefill(session, 0, many, 64 - length));
     CHECK_STATUS(colibri_session_decode(session, 0, 5), COLIBRI_ERROR_CONTEXT_FULL);
+    {
+      /* The message counts what the sequence holds and what the batch adds; a position far
+       * beyond the context is a gap (INVALID_ARGUMENT), not a full context. */
+      char message[256];
+      uint32_t far = 1000000;
+      CHECK_STATUS(colibri_session_batch(session, NULL, NULL, many, NULL, 3), COLIBRI_ERROR_CONTEXT_FULL);
+      colibri_last_error(message, sizeof message, NULL);
+      CHECK(strstr(message, "holds 64 tokens; 3 more") != NULL);
+      CHECK_OK(colibri_session_reset_sequence(session, 0));
+      CHECK_STATUS(colibri_session_batch(session, NULL, &far, many, NULL, 1), COLIBRI_ERROR_INVALID_ARGUMENT);
+      colibri_last_error(message, sizeof message, NULL);
+      CHECK(strstr(message, "gap") != NULL);
+    }
   }
   CHECK_OK(colibri_session_reset_sequence(session, 0));
   CHECK_OK(colibri_session_sequence_length(session, 0, &length));

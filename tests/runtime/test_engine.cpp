@@ -179,14 +179,22 @@ TEST_CASE("forward refuses bad batches with a reason", "[engine]") {
   CHECK_THAT(s->forward(&bad_token, 1).message, Catch::Contains("outside the vocabulary"));
   runtime::BatchEntry gap{0, 5, 1, 1};
   CHECK_THAT(s->forward(&gap, 1).message, Catch::Contains("gap"));
-  runtime::BatchEntry far{0, 64, 1, 1};
-  CHECK_THAT(s->forward(&far, 1).message, Catch::Contains("context length"));
+  runtime::BatchEntry far{0, 1000000, 1, 1};  // a gap, however far: not a "full" sequence
+  CHECK_THAT(s->forward(&far, 1).message, Catch::Contains("gap") && Catch::Contains("has 0 tokens"));
   runtime::BatchEntry slot{5, 0, 1, 1};
   CHECK_THAT(s->forward(&slot, 1).message, Catch::Contains("slots"));
   runtime::BatchEntry twice[2] = {{0, 0, 1, 0}, {0, 0, 2, 1}};
   CHECK_THAT(s->forward(twice, 2).message, Catch::Contains("consecutive"));
   CHECK(s->forward(nullptr, 0).kind == ErrorKind::InvalidArgument);
   CHECK(s->sequence_length(0) == 0);  // nothing was committed by the refused calls
+  // The next position of a full sequence is beyond the context length.
+  std::vector<runtime::BatchEntry> fill;
+  for (uint32_t p = 0; p < 64; ++p) fill.push_back({0, p, 1, 0});
+  fill[31].want_logits = fill[63].want_logits = 1;
+  REQUIRE(s->forward(fill.data(), 32).ok());
+  REQUIRE(s->forward(fill.data() + 32, 32).ok());
+  runtime::BatchEntry next{0, 64, 1, 1};
+  CHECK_THAT(s->forward(&next, 1).message, Catch::Contains("beyond the context length 64"));
 }
 
 TEST_CASE("an f16 KV cache stays close to the f32 cache and keeps the greedy token", "[engine][kv]") {
