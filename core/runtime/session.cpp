@@ -4,10 +4,12 @@
 #include "runtime/session.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 
 #include "image/dtype_convert.h"
 #include "runtime/buffers.h"
@@ -44,6 +46,14 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
     return invalid(strprintf("the KV cache would need %.1f GiB (sequences × layers × context × kv width); lower "
                              "context_length or max_sequences",
                              kv_bytes / (1ull << 30)));
+  // The cache is zero-filled at creation, so a cache beyond the machine's memory would not
+  // fail cleanly: it would swap or draw the OOM killer.
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+  const double memory = pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size) : 0.0;
+  if (memory > 0 && kv_bytes > memory)
+    return invalid(strprintf("the KV cache would need %.1f GiB (sequences × layers × context × kv width) but this "
+                             "machine has %.1f GiB of memory; lower context_length or max_sequences",
+                             kv_bytes / (1ull << 30), memory / (1ull << 30)));
 
   std::unique_ptr<Session> s(new Session(model, options));
   s->kernels_ = &kernels::kernel_table(options.force_scalar ? kernels::Isa::Scalar : std::min(options.max_isa, kernels::best_isa()));
@@ -66,8 +76,16 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
   } else {
     s->pool_ = std::make_unique<util::ThreadPool>(pool_options);
   }
-  s->buffers_ = std::make_unique<Buffers>(model, options, s->pool_->thread_count());
-  s->logits_.assign(static_cast<size_t>(options.max_logit_rows) * c.vocab_size, 0.0f);
+  try {
+    s->buffers_ = std::make_unique<Buffers>(model, options, s->pool_->thread_count());
+    s->logits_.assign(static_cast<size_t>(options.max_logit_rows) * c.vocab_size, 0.0f);
+  } catch (const std::bad_alloc &) {
+    *error = make_error(ErrorKind::OutOfMemory,
+                        strprintf("out of memory for the session's buffers (the KV cache alone is %.1f GiB for "
+                                  "context_length %u × %u sequences); lower context_length or max_sequences",
+                                  kv_bytes / (1ull << 30), options.context_length, options.max_sequences));
+    return nullptr;
+  }
   s->sequence_lengths_.assign(options.max_sequences, 0);
   return s;
 }

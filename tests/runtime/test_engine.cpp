@@ -2,6 +2,8 @@
 // decode, multi-sequence batches, routing edge cases, the layer-level MoE entry point, the
 // non-finite guard, and input validation.
 #include <catch2/catch.hpp>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -170,6 +172,30 @@ TEST_CASE("non-finite guard: policy error reports, policy zero zeroes the row an
   REQUIRE(lenient->moe_layer(1, hidden.data(), 3, nullptr, out.data()).ok());
   CHECK(lenient->stats().non_finite_rows == 1);
   for (float v : out) CHECK(std::isfinite(v));
+}
+
+TEST_CASE("a session whose KV cache cannot fit is refused with its size, before anything is allocated", "[engine]") {
+  auto m = fixture_model("mixtral_gqa");
+  runtime::SessionOptions so;
+  so.threads = 1;
+  so.context_length = 1u << 24;
+  const double per_sequence = 2.0 * 4 * m->config().layer_count * so.context_length * static_cast<double>(m->kv_dim());
+  Error err;
+  so.max_sequences = 4096;  // beyond the fixed 256 GiB bound
+  CHECK_FALSE(runtime::Session::create(*m, so, &err));
+  CHECK(err.kind == ErrorKind::InvalidArgument);
+  CHECK_THAT(err.message, Catch::Contains("GiB") && Catch::Contains("lower context_length"));
+  // Beyond this machine's memory but under the fixed bound: refused too (the zero-filled cache
+  // would otherwise swap or draw the OOM killer).
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  const double sequences = std::floor(memory / per_sequence) + 1;
+  if (sequences * per_sequence > 256.0 * (1ull << 30)) {
+    WARN("this machine has more memory than the fixed KV bound: the memory check is not reached");
+    return;
+  }
+  so.max_sequences = static_cast<uint32_t>(sequences);
+  CHECK_FALSE(runtime::Session::create(*m, so, &err));
+  CHECK_THAT(err.message, Catch::Contains("machine has"));
 }
 
 TEST_CASE("forward refuses bad batches with a reason", "[engine]") {
