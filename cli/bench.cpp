@@ -279,7 +279,7 @@ int bench_command(int argc, char **argv) {
       }
       out["results"].push_back(std::move(j));
     }
-    std::printf("%s\n", out.dump(1).c_str());
+    print_json(out);
     return kExitOk;
   }
 

@@ -16,6 +16,8 @@
 #include <sstream>
 #include <sys/stat.h>
 
+#include <nlohmann/json.hpp>
+
 namespace colibri_cli {
 
 void fail_usage(const std::string &message) { throw Failure{kExitUsage, message}; }
@@ -227,11 +229,19 @@ std::string read_text_file(const std::string &flag, const std::string &path) {
   if (::stat(path.c_str(), &st) != 0)
     fail_runtime(flag + " " + path + ": " + std::strerror(errno));
   if (S_ISDIR(st.st_mode)) fail_runtime(flag + " " + path + ": is a directory, give a text file");
+  // A device (/dev/zero, /dev/urandom, a disk) would be read until memory runs out; a pipe is
+  // fine (it ends when its writer closes it), and "-" reads standard input.
+  if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))
+    fail_runtime(flag + " " + path + ": is a device, give a text file (or - for standard input)");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail_runtime(flag + " " + path + ": " + std::strerror(errno));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) fail_runtime(flag + " " + path + ": read error");
   return text;
+}
+
+void print_json(const nlohmann::json &value) {
+  std::printf("%s\n", value.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
 
 cxxopts::ParseResult parse_flags(cxxopts::Options &options, int argc, char **argv, bool *help_shown) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <cxxopts.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 namespace colibri_cli {
 
@@ -83,6 +84,10 @@ colibri_model_info model_info(const colibri_model *model);
 
 // Whole file as bytes; "-" is standard input. Failure names the flag and the OS error.
 std::string read_text_file(const std::string &flag, const std::string &path);
+
+// Prints `value` as indented JSON and a newline on standard output. Strings that are not UTF-8
+// (file paths may not be) come out with U+FFFD in place of the bad bytes instead of failing.
+void print_json(const nlohmann::json &value);
 
 // Parses the subcommand's argv with `options`; --help prints the help and exits 0; a bad flag
 // or a stray positional argument is a usage Failure.

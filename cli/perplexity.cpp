@@ -125,7 +125,7 @@ int perplexity_command(int argc, char **argv) {
                           {"tokens_in_file", ids.size()}, {"tokens_scored", scored}, {"windows", windows},
                           {"window", window},     {"stride", stride},                {"seconds", seconds},
                           {"tokens_per_second", tokens_per_second}};
-    std::printf("%s\n", out.dump(1).c_str());
+    print_json(out);
   } else {
     std::printf("perplexity %.4f (mean NLL %.6f) over %zu scored tokens of %zu; %zu windows of %zu, stride %zu\n",
                 perplexity, mean_nll, scored, ids.size(), windows, window, stride);

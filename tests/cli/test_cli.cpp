@@ -234,6 +234,25 @@ TEST_CASE("run on an image whose tokenizer this build cannot load says why", "[c
   CHECK_THAT(r.err, Contains("tokenizer could not be loaded") && Contains("WordPiece"));
 }
 
+TEST_CASE("a device given to -f is refused, not read until memory runs out", "[cli][errors]") {
+  for (const std::string command : {"tokenize", "run", "perplexity"}) {
+    INFO(command);
+    Run r = colibri(command + " -f /dev/zero");
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Contains("/dev/zero: is a device"));
+  }
+}
+
+TEST_CASE("JSON output (--json) survives a file name that is not UTF-8", "[cli][json]") {
+  const std::string path = temp_dir() + "/text-\xff.txt";
+  std::ofstream(path) << "In the beginning God created the heaven and the earth.\n";
+  Run r = colibri("perplexity --json -f '" + path + "'");
+  REQUIRE(r.exit_code == 0);
+  const json out = json::parse(r.out);
+  CHECK(out["file"].get<std::string>().find("\xEF\xBF\xBD") != std::string::npos);  // U+FFFD for the bad byte
+  CHECK(out["perplexity"].get<double>() > 1.0);
+}
+
 TEST_CASE("--help is complete for every subcommand and exits 0", "[cli][usage]") {
   Run top = colibri("--help");
   CHECK(top.exit_code == 0);
