@@ -148,7 +148,7 @@ class Bench {
 int bench_command(int argc, char **argv) {
   cxxopts::Options options(
       "colibri bench",
-      "Measures prefill (ppN: one forward pass over N prompt tokens) and decode (tgN: N single-token steps) speed "
+      "Measures prefill (ppN: a prefill of N prompt tokens, in forward passes of at most 512) and decode (tgN: N single-token steps) speed "
       "in tokens/s: one warm-up run, then the median ± sample standard deviation of R runs. The memory read bandwidth "
       "is probed with the same thread count, and decode is shown as a percentage of the roofline bandwidth / (active "
       "weight bytes + KV bytes) per token.");

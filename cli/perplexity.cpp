@@ -42,9 +42,9 @@ int perplexity_command(int argc, char **argv) {
   options.add_options("Evaluation")
       ("f,file", "the text file to evaluate ('-' = standard input)", cxxopts::value<std::string>(), "FILE")
       ("window", "tokens per window, 2..65536", cxxopts::value<std::string>()->default_value("256"), "N")
-      ("stride", "tokens between window starts, 1..window (smaller than the window: overlapping windows, each "
-                 "scoring only the tokens the previous ones did not)",
-       cxxopts::value<std::string>()->default_value("256"), "N")
+      ("stride", "tokens between window starts, 1..window (default: the window, non-overlapping windows; "
+                 "smaller: overlapping windows, each scoring only the tokens the previous ones did not)",
+       cxxopts::value<std::string>(), "N")
       ("kv-f16", "store the KV cache as f16")
       ("json", "print one JSON object instead of text");
   bool help = false;
@@ -53,7 +53,9 @@ int perplexity_command(int argc, char **argv) {
   if (!flags.count("file")) fail_usage("-f FILE is required: the text to evaluate (see 'colibri perplexity --help')");
   ModelFlags model_flags = read_model_flags(flags, FlagSet::Full);
   const size_t window = static_cast<size_t>(parse_integer("--window", flags["window"].as<std::string>(), 2, 65536));
-  const size_t stride = static_cast<size_t>(parse_integer("--stride", flags["stride"].as<std::string>(), 1, 65536));
+  const size_t stride = flags.count("stride")
+                            ? static_cast<size_t>(parse_integer("--stride", flags["stride"].as<std::string>(), 1, 65536))
+                            : window;
   if (stride > window)
     fail_usage("--stride " + std::to_string(stride) + " is larger than --window " + std::to_string(window) +
                ": tokens between windows would never be scored; use a stride <= the window");

@@ -221,7 +221,7 @@ int run_command(int argc, char **argv) {
       ("raw", "write only the generated text to standard output: no prompt echo, no final newline");
   options.add_options("Sampling")
       ("temp", "temperature, 0..100; 0 = greedy (argmax)", cxxopts::value<std::string>()->default_value("0.8"), "T")
-      ("top-k", "keep the K most likely tokens, 0 = off", cxxopts::value<std::string>()->default_value("40"), "K")
+      ("top-k", "keep the K most likely tokens, 0..100000000; 0 = off", cxxopts::value<std::string>()->default_value("40"), "K")
       ("top-p", "keep the smallest set with probability >= P, in (0, 1]; 1 = off",
        cxxopts::value<std::string>()->default_value("0.95"), "P")
       ("min-p", "drop tokens with probability < M x the top one's, 0..1; 0 = off",

@@ -337,7 +337,7 @@ typedef struct colibri_model_info {
   uint32_t tie_word_embeddings;     /* 1: the LM head is the token embedding */
   uint32_t attention_bias;          /* 1: q/k/v projections have biases */
   const char *qk_norm;              /* "none", "per_head" or "full" */
-  /* Routing semantics (ARCHITECTURE.md §4). */
+  /* Routing semantics (docs/numerics.md, "Rules"; per family: docs/convert.md, "Families"). */
   uint64_t expert_count;            /* experts per MoE layer */
   uint64_t expert_ffn_size;         /* intermediate size of one expert */
   uint64_t top_k;                   /* experts per token */
@@ -445,8 +445,8 @@ COLIBRI_API int32_t colibri_chat_options_init(colibri_chat_options *options, siz
 
 /* Renders messages[0..message_count) with the model's chat template (as transformers'
  * apply_chat_template with tokenize=False) into text (NUL-terminated). Tokenize the result
- * with flags 0: the template already writes the BOS text it wants, and
- * COLIBRI_TOKENIZE_PARSE_SPECIAL so that its special-token text becomes special tokens.
+ * without COLIBRI_TOKENIZE_ADD_SPECIAL (the template already writes the BOS text it wants)
+ * and with COLIBRI_TOKENIZE_PARSE_SPECIAL, so that its special-token text becomes special tokens.
  * The template sees messages, add_generation_prompt, bos_token, eos_token and the extra
  * variables. options may be NULL. Errors: INVALID_ARGUMENT (NULL role/content, a variable value
  * that is not JSON, a raise_exception in the template: the message is its text, a syntax error

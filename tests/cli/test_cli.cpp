@@ -467,6 +467,10 @@ TEST_CASE("perplexity of the bundled model on the held-out text is within 0.5% o
   CHECK(result["tokens_in_file"] == reference["perplexity"]["tokens_in_file"]);
   CHECK(result["tokens_scored"] == reference["perplexity"]["tokens_scored"]);
   CHECK(result["tokens_per_second"].get<double>() > 0);
+  // --stride defaults to the window: non-overlapping windows of any size.
+  Run small = colibri("perplexity -f " + kBundledDir + "/heldout.txt --window 128 --json");
+  REQUIRE(small.exit_code == 0);
+  CHECK(json::parse(small.out)["stride"] == 128);
 }
 
 TEST_CASE("chat keeps a conversation on stdin with the model's template", "[cli][chat]") {
