@@ -46,7 +46,7 @@ case $kind in
     fi
     ;;
   cargo-test)
-    command -v cargo >/dev/null || skip "cargo not found (install a Rust toolchain: rustup, or Debian's cargo)"
+    command -v cargo >/dev/null || skip "cargo not found (Debian package cargo; scripts/install-deps.sh installs it)"
     export CARGO_TARGET_DIR="$work/cargo-target" CARGO_TERM_COLOR=never
     cd "$here/rust"
     cargo --version

@@ -12,7 +12,7 @@ packages=(
   libpcre2-dev libutf8proc-dev
   zstd xxhash
   abigail-tools
-  golang-go bindgen
+  golang-go bindgen cargo
 )
 
 missing=()

@@ -60,7 +60,7 @@ fn main() {
          /// Errors with the first missing name.\n    \
          /// # Safety\n    \
          /// `lookup` must return addresses of functions with exactly the header's signatures.\n    \
-         pub unsafe fn resolve(lookup: &mut dyn FnMut(&[u8]) -> *mut ::core::ffi::c_void) -> Result<Functions, &'static str> {\n        \
+         pub unsafe fn resolve(lookup: &mut dyn FnMut(&[u8]) -> *mut ::std::os::raw::c_void) -> Result<Functions, &'static str> {\n        \
          Ok(Functions {\n",
     );
     for (name, params, ret) in &functions {
@@ -68,7 +68,7 @@ fn main() {
         table.push_str(&format!(
             "            {field}: {{\n                let p = lookup(b\"{name}\\0\");\n                \
              if p.is_null() {{ return Err(\"{name}\"); }}\n                \
-             unsafe {{ ::core::mem::transmute::<*mut ::core::ffi::c_void, unsafe extern \"C\" fn({params}){ret}>(p) }}\n            }},\n"
+             unsafe {{ ::core::mem::transmute::<*mut ::std::os::raw::c_void, unsafe extern \"C\" fn({params}){ret}>(p) }}\n            }},\n"
         ));
     }
     table.push_str("        })\n    }\n}\n");

@@ -22,7 +22,7 @@ trap 'rm -rf "$tmp"' EXIT
 # The flags are part of the contract with build.rs and src/sys.rs: keep them in sync.
 bindgen "$header" \
   --allowlist-function 'colibri_.*' --allowlist-type 'colibri_.*' --allowlist-var 'COLIBRI_.*' \
-  --no-doc-comments --use-core --ctypes-prefix '::core::ffi' --size_t-is-usize \
+  --no-doc-comments --use-core --ctypes-prefix '::std::os::raw' --size_t-is-usize \
   -o "$tmp/colibri_h.rs" 2>"$tmp/stderr" || { cat "$tmp/stderr"; exit 1; }
 
 if ((check == 0)); then

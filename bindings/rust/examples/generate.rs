@@ -11,9 +11,12 @@ fn main() {
         library = Some(PathBuf::from(args.remove(1)));
         args.remove(0);
     }
-    let Some(image) = args.first().cloned() else {
-        eprintln!("usage: generate [--library PATH] IMAGE [PROMPT] [MAX_TOKENS]");
-        std::process::exit(2);
+    let image = match args.first().cloned() {
+        Some(image) => image,
+        None => {
+            eprintln!("usage: generate [--library PATH] IMAGE [PROMPT] [MAX_TOKENS]");
+            std::process::exit(2);
+        }
     };
     let prompt = args.get(1).cloned().unwrap_or_else(|| "Once upon a time".to_string());
     let max_tokens = args.get(2).and_then(|n| n.parse().ok()).unwrap_or(64);

@@ -1,5 +1,5 @@
 //! The three functions of libdl the crate needs, declared by hand (no dependencies).
-use core::ffi::{c_char, c_int, c_void};
+use std::os::raw::{c_char, c_int, c_void};
 
 pub const RTLD_NOW: c_int = 2;
 pub const RTLD_LOCAL: c_int = 0;

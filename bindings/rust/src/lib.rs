@@ -37,7 +37,7 @@
 //! [`Status::CALLBACK`].
 #![deny(unsafe_op_in_unsafe_fn)]
 
-use core::ffi::{c_char, c_void};
+use std::os::raw::{c_char, c_void};
 use std::any::Any;
 use std::ffi::{CStr, CString};
 use std::fmt;
@@ -1601,9 +1601,12 @@ mod tests {
         let path = std::env::var_os("COLIBRI_ABI_LAYOUT")
             .map(PathBuf::from)
             .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../capi/abi/layout.txt"));
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            eprintln!("skipped: {} not found (not inside the Colibri tree)", path.display());
-            return;
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(_) => {
+                eprintln!("skipped: {} not found (not inside the Colibri tree)", path.display());
+                return;
+            }
         };
         let rust = sys::layout::layout();
         let mut seen = 0;
@@ -1611,9 +1614,9 @@ mod tests {
             let cols: Vec<&str> = line.split_whitespace().collect();
             let (st, field) = (cols[0], cols[1]);
             let entry = rust.iter().find(|(s, f, _, _)| *s == st && *f == field);
-            let Some(&(_, _, offset, size)) = entry else {
-                panic!("{st}.{field} of layout.txt is missing in the Rust declarations (run regen-sys.sh)");
-            };
+            let &(_, _, offset, size) = entry.unwrap_or_else(|| {
+                panic!("{st}.{field} of layout.txt is missing in the Rust declarations (run regen-sys.sh)")
+            });
             if field == "sizeof" {
                 assert_eq!(offset, cols[2].parse::<usize>().unwrap(), "sizeof {st}");
             } else {
@@ -1647,9 +1650,12 @@ mod tests {
     #[test]
     fn function_table_covers_the_exported_symbols() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../capi/abi/symbols.txt");
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            eprintln!("skipped: {} not found", path.display());
-            return;
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(_) => {
+                eprintln!("skipped: {} not found", path.display());
+                return;
+            }
         };
         let exported: Vec<&str> = text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).collect();
         for name in &exported {

@@ -10,7 +10,7 @@
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::thread;
 
 use colibri::{
@@ -59,44 +59,50 @@ fn json_string(json: &str, key: &str) -> String {
     out
 }
 
+// Built once (the first test to ask converts the image) and shared by every test thread.
+// A Mutex rather than OnceLock: const Mutex::new is in Rust 1.63 (Debian 12), OnceLock in 1.70.
 fn fixture() -> Option<&'static Fixture> {
-    static FIXTURE: OnceLock<Option<Fixture>> = OnceLock::new();
-    FIXTURE
-        .get_or_init(|| {
-            let (Some(lib), Some(tool)) = (std::env::var_os("COLIBRI_LIB"), std::env::var_os("COLIBRI_MODEL_TOOL")) else {
-                eprintln!("skipped: COLIBRI_LIB and COLIBRI_MODEL_TOOL are not set (run through ctest: bindings/CMakeLists.txt)");
-                return None;
-            };
-            let oracle = std::env::var_os("COLIBRI_ORACLE_DIR").map(PathBuf::from).unwrap_or_else(|| {
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/oracle/mixtral_gqa")
-            });
-            let json = std::fs::read_to_string(oracle.join("oracle.json")).expect("oracle.json");
-            let dir = std::env::var_os("COLIBRI_TEST_TMPDIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")))
-                .join(format!("colibri-rust-test-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
-            let image = dir.join("mixtral_gqa.colibri");
-            let out = Command::new(&tool)
-                .arg("convert")
-                .arg(&oracle)
-                .arg("-o")
-                .arg(&image)
-                .arg("--force")
-                .output()
-                .expect("run colibri-model");
-            assert!(out.status.success(), "convert failed: {}", String::from_utf8_lossy(&out.stderr));
-            let lib = Library::load(Some(Path::new(&lib))).expect("load libcolibri");
-            Some(Fixture {
-                lib,
-                image,
-                dir,
-                prompt_text: json_string(&json, "prompt_text"),
-                input_ids: json_ints(&json, "input_ids"),
-                greedy: json_ints(&json, "greedy_tokens"),
-            })
-        })
-        .as_ref()
+    static FIXTURE: Mutex<Option<Option<&'static Fixture>>> = Mutex::new(None);
+    let mut slot = FIXTURE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    *slot.get_or_insert_with(|| make_fixture().map(|f| &*Box::leak(Box::new(f))))
+}
+
+fn make_fixture() -> Option<Fixture> {
+    let (lib, tool) = match (std::env::var_os("COLIBRI_LIB"), std::env::var_os("COLIBRI_MODEL_TOOL")) {
+        (Some(lib), Some(tool)) => (lib, tool),
+        _ => {
+            eprintln!("skipped: COLIBRI_LIB and COLIBRI_MODEL_TOOL are not set (run through ctest: bindings/CMakeLists.txt)");
+            return None;
+        }
+    };
+    let oracle = std::env::var_os("COLIBRI_ORACLE_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/oracle/mixtral_gqa")
+    });
+    let json = std::fs::read_to_string(oracle.join("oracle.json")).expect("oracle.json");
+    let dir = std::env::var_os("COLIBRI_TEST_TMPDIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")))
+        .join(format!("colibri-rust-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let image = dir.join("mixtral_gqa.colibri");
+    let out = Command::new(&tool)
+        .arg("convert")
+        .arg(&oracle)
+        .arg("-o")
+        .arg(&image)
+        .arg("--force")
+        .output()
+        .expect("run colibri-model");
+    assert!(out.status.success(), "convert failed: {}", String::from_utf8_lossy(&out.stderr));
+    let lib = Library::load(Some(Path::new(&lib))).expect("load libcolibri");
+    Some(Fixture {
+        lib,
+        image,
+        dir,
+        prompt_text: json_string(&json, "prompt_text"),
+        input_ids: json_ints(&json, "input_ids"),
+        greedy: json_ints(&json, "greedy_tokens"),
+    })
 }
 
 fn open(fx: &Fixture) -> Model {
@@ -151,7 +157,10 @@ fn generate_text(session: &mut Session, prompt: &[i32], options: &GenerateOption
 
 #[test]
 fn library_loading() {
-    let Some(fx) = fixture() else { return };
+    let fx = match fixture() {
+        Some(fx) => fx,
+        None => return,
+    };
     assert_eq!(fx.lib.abi_version(), colibri::ABI_VERSION);
     assert!(!fx.lib.version().is_empty());
     let again = Library::load(fx.lib.path()).unwrap();
@@ -167,7 +176,10 @@ fn library_loading() {
 
 #[test]
 fn model_info_and_tokenizer() {
-    let Some(fx) = fixture() else { return };
+    let fx = match fixture() {
+        Some(fx) => fx,
+        None => return,
+    };
     let model = open(fx);
     let info = model.info();
     assert_eq!((info.family.as_str(), info.vocab_size, info.top_k, info.expert_count), ("mixtral", 512, 2, 8));
@@ -193,7 +205,10 @@ fn model_info_and_tokenizer() {
 /// Prefill the oracle's input ids, decode greedily: the expected tokens exactly.
 #[test]
 fn oracle_greedy_prefill_decode() {
-    let Some(fx) = fixture() else { return };
+    let fx = match fixture() {
+        Some(fx) => fx,
+        None => return,
+    };
     let model = open(fx);
     let mut s = session(&model);
     s.prefill(0, &fx.input_ids).unwrap();
@@ -210,7 +225,10 @@ fn oracle_greedy_prefill_decode() {
 
 #[test]
 fn load_into_memory_gives_the_mapped_bits() {
-    let Some(fx) = fixture() else { return };
+    let fx = match fixture() {
+        Some(fx) => fx,
+        None => return,
+    };
     let mapped = open(fx);
     let options = ModelOptions { threads: Some(1), load_into_memory: true, ..Default::default() };
     let loaded = Model::open_with(&fx.lib, &fx.image, &options).expect("open loaded");
@@ -224,7 +242,10 @@ fn load_into_memory_gives_the_mapped_bits() {
 
 #[test]
 fn max_isa_caps_the_kernels() {
-    let Some(fx) = fixture() else { return };
+    let fx = match fixture() {
+        Some(fx) => fx,
+        None => return,
+    };
     let model = open(fx);
     let run = |max_isa: Option<Isa>, force_scalar: bool| {
         let options = SessionOptions { context_length: Some(64), threads: Some(2), max_isa, force_scalar, ..Default::default() };
@@ -253,7 +274,10 @@ fn max_isa_caps_the_kernels() {
 
 #[test]
 fn generate_and_stream_greedy() {
-    let Some(fx) = fixture() else { return };
+    let fx = match fixture() {
+        Some(fx) => fx,
+        None => return,
+    };
     let model = open(fx);
     let mut s = session(&model);
     let options = greedy_options(fx);
@@ -283,7 +307,10 @@ fn generate_and_stream_greedy() {
 
 #[test]
 fn cancellation() {
-    let Some(fx) = fixture() else { return };
+    let fx = match fixture() {
+        Some(fx) => fx,
+        None => return,
+    };
     let model = open(fx);
     let mut s = session(&model);
     let options = greedy_options(fx);
@@ -317,7 +344,10 @@ fn cancellation() {
 
 #[test]
 fn panic_in_callback_is_an_error() {
-    let Some(fx) = fixture() else { return };
+    let fx = match fixture() {
+        Some(fx) => fx,
+        None => return,
+    };
     let model = open(fx);
     let mut s = session(&model);
     let options = greedy_options(fx);
@@ -329,7 +359,10 @@ fn panic_in_callback_is_an_error() {
 
 #[test]
 fn broken_files() {
-    let Some(fx) = fixture() else { return };
+    let fx = match fixture() {
+        Some(fx) => fx,
+        None => return,
+    };
     let logged = Arc::new(Mutex::new(String::new()));
     let sink = logged.clone();
     fx.lib
@@ -370,7 +403,10 @@ fn broken_files() {
 /// 4 threads, 4 sessions, one model: the results equal the sequential ones.
 #[test]
 fn concurrent_sessions_equal_sequential() {
-    let Some(fx) = fixture() else { return };
+    let fx = match fixture() {
+        Some(fx) => fx,
+        None => return,
+    };
     let model = open(fx);
     let options = greedy_options(fx);
     // Prefixes whose greedy continuations decode cleanly as a stream with this random-weight
@@ -422,7 +458,10 @@ fn concurrent_sessions_equal_sequential() {
 
 #[test]
 fn chat_batch_moe() {
-    let Some(fx) = fixture() else { return };
+    let fx = match fixture() {
+        Some(fx) => fx,
+        None => return,
+    };
     let model = open(fx);
     // The chat template (expected text from transformers, tests/fixtures/tokenizer).
     let text = model.chat_render(&[colibri::ChatMessage::new("user", "Hello! Who are you?")], &Default::default()).unwrap();

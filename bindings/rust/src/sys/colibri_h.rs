@@ -66,41 +66,41 @@ pub const COLIBRI_STAGE_EXPERTS: u32 = 5;
 pub const COLIBRI_STAGE_MERGE: u32 = 6;
 pub const COLIBRI_STAGE_LM_HEAD: u32 = 7;
 pub const COLIBRI_STATS_MAX_STAGES: u32 = 16;
-pub type __int32_t = ::core::ffi::c_int;
-pub type __uint32_t = ::core::ffi::c_uint;
-pub type __uint64_t = ::core::ffi::c_ulong;
+pub type __int32_t = ::std::os::raw::c_int;
+pub type __uint32_t = ::std::os::raw::c_uint;
+pub type __uint64_t = ::std::os::raw::c_ulong;
 extern "C" {
     pub fn colibri_abi_version() -> u32;
 }
 extern "C" {
-    pub fn colibri_version_string() -> *const ::core::ffi::c_char;
+    pub fn colibri_version_string() -> *const ::std::os::raw::c_char;
 }
 extern "C" {
-    pub fn colibri_status_string(status: i32) -> *const ::core::ffi::c_char;
+    pub fn colibri_status_string(status: i32) -> *const ::std::os::raw::c_char;
 }
 extern "C" {
     pub fn colibri_last_error(
-        buffer: *mut ::core::ffi::c_char,
+        buffer: *mut ::std::os::raw::c_char,
         buffer_size: usize,
         message_size: *mut usize,
     ) -> i32;
 }
 pub type colibri_log_fn = ::core::option::Option<
     unsafe extern "C" fn(
-        user: *mut ::core::ffi::c_void,
+        user: *mut ::std::os::raw::c_void,
         level: i32,
-        message: *const ::core::ffi::c_char,
+        message: *const ::std::os::raw::c_char,
     ),
 >;
 extern "C" {
     pub fn colibri_set_log_callback(
         fn_: colibri_log_fn,
-        user: *mut ::core::ffi::c_void,
+        user: *mut ::std::os::raw::c_void,
         min_level: i32,
     ) -> i32;
 }
 extern "C" {
-    pub fn colibri_dtype_name(dtype: u32) -> *const ::core::ffi::c_char;
+    pub fn colibri_dtype_name(dtype: u32) -> *const ::std::os::raw::c_char;
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -348,7 +348,7 @@ extern "C" {
 }
 extern "C" {
     pub fn colibri_model_open(
-        path: *const ::core::ffi::c_char,
+        path: *const ::std::os::raw::c_char,
         options: *const colibri_model_options,
         model_out: *mut *mut colibri_model,
     ) -> i32;
@@ -361,9 +361,9 @@ extern "C" {
 pub struct colibri_model_info {
     pub struct_size: u32,
     pub format_version: u32,
-    pub path: *const ::core::ffi::c_char,
-    pub family: *const ::core::ffi::c_char,
-    pub architecture: *const ::core::ffi::c_char,
+    pub path: *const ::std::os::raw::c_char,
+    pub family: *const ::std::os::raw::c_char,
+    pub architecture: *const ::std::os::raw::c_char,
     pub file_size_bytes: u64,
     pub parameter_count: u64,
     pub active_parameter_count: u64,
@@ -381,11 +381,11 @@ pub struct colibri_model_info {
     pub clip_qkv: f64,
     pub tie_word_embeddings: u32,
     pub attention_bias: u32,
-    pub qk_norm: *const ::core::ffi::c_char,
+    pub qk_norm: *const ::std::os::raw::c_char,
     pub expert_count: u64,
     pub expert_ffn_size: u64,
     pub top_k: u64,
-    pub router_score: *const ::core::ffi::c_char,
+    pub router_score: *const ::std::os::raw::c_char,
     pub norm_topk_prob: u32,
     pub shared_expert_gate: u32,
     pub shared_expert_ffn_size: u64,
@@ -401,7 +401,7 @@ pub struct colibri_model_info {
     pub add_eos_token: u32,
     pub has_tokenizer: u32,
     pub has_chat_template: u32,
-    pub numa_report: *const ::core::ffi::c_char,
+    pub numa_report: *const ::std::os::raw::c_char,
 }
 #[test]
 fn bindgen_test_layout_colibri_model_info() {
@@ -1164,7 +1164,7 @@ extern "C" {
 extern "C" {
     pub fn colibri_model_metadata(
         model: *const colibri_model,
-        json: *mut *const ::core::ffi::c_char,
+        json: *mut *const ::std::os::raw::c_char,
         json_size: *mut usize,
     ) -> i32;
 }
@@ -1173,7 +1173,7 @@ extern "C" {
 pub struct colibri_tensor_info {
     pub struct_size: u32,
     pub dtype: u32,
-    pub name: *const ::core::ffi::c_char,
+    pub name: *const ::std::os::raw::c_char,
     pub rank: u32,
     pub group_size: u32,
     pub shape: [u64; 4usize],
@@ -1360,14 +1360,14 @@ extern "C" {
 extern "C" {
     pub fn colibri_model_find_tensor(
         model: *const colibri_model,
-        name: *const ::core::ffi::c_char,
+        name: *const ::std::os::raw::c_char,
         index: *mut usize,
     ) -> i32;
 }
 extern "C" {
     pub fn colibri_tokenize(
         model: *const colibri_model,
-        text: *const ::core::ffi::c_char,
+        text: *const ::std::os::raw::c_char,
         text_size: usize,
         flags: u32,
         tokens: *mut i32,
@@ -1381,7 +1381,7 @@ extern "C" {
         tokens: *const i32,
         token_count: usize,
         flags: u32,
-        text: *mut ::core::ffi::c_char,
+        text: *mut ::std::os::raw::c_char,
         capacity: usize,
         text_size: *mut usize,
     ) -> i32;
@@ -1390,7 +1390,7 @@ extern "C" {
     pub fn colibri_token_text(
         model: *const colibri_model,
         token: i32,
-        text: *mut ::core::ffi::c_char,
+        text: *mut ::std::os::raw::c_char,
         capacity: usize,
         text_size: *mut usize,
     ) -> i32;
@@ -1398,8 +1398,8 @@ extern "C" {
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct colibri_chat_message {
-    pub role: *const ::core::ffi::c_char,
-    pub content: *const ::core::ffi::c_char,
+    pub role: *const ::std::os::raw::c_char,
+    pub content: *const ::std::os::raw::c_char,
 }
 #[test]
 fn bindgen_test_layout_colibri_chat_message() {
@@ -1453,9 +1453,9 @@ fn bindgen_test_layout_colibri_chat_message() {
 pub struct colibri_chat_options {
     pub struct_size: u32,
     pub add_generation_prompt: u32,
-    pub template_text: *const ::core::ffi::c_char,
-    pub variable_names: *const *const ::core::ffi::c_char,
-    pub variable_values: *const *const ::core::ffi::c_char,
+    pub template_text: *const ::std::os::raw::c_char,
+    pub variable_names: *const *const ::std::os::raw::c_char,
+    pub variable_values: *const *const ::std::os::raw::c_char,
     pub variable_count: usize,
 }
 #[test]
@@ -1583,7 +1583,7 @@ extern "C" {
         messages: *const colibri_chat_message,
         message_count: usize,
         options: *const colibri_chat_options,
-        text: *mut ::core::ffi::c_char,
+        text: *mut ::std::os::raw::c_char,
         capacity: usize,
         text_size: *mut usize,
     ) -> i32;
@@ -1909,7 +1909,7 @@ pub struct colibri_session_info {
     pub pin_threads: u32,
     pub non_finite_policy: u32,
     pub numa_policy: u32,
-    pub backend: *const ::core::ffi::c_char,
+    pub backend: *const ::std::os::raw::c_char,
     pub kv_cache_bytes: u64,
     pub seed: u64,
     pub numa_node: u32,
@@ -2499,7 +2499,7 @@ pub struct colibri_generate_options {
     pub sampler: *const colibri_sampler_options,
     pub eos_tokens: *const i32,
     pub eos_token_count: usize,
-    pub stop_strings: *const *const ::core::ffi::c_char,
+    pub stop_strings: *const *const ::std::os::raw::c_char,
     pub stop_string_count: usize,
 }
 #[test]
@@ -2801,8 +2801,8 @@ fn bindgen_test_layout_colibri_generate_result() {
 }
 pub type colibri_piece_fn = ::core::option::Option<
     unsafe extern "C" fn(
-        user: *mut ::core::ffi::c_void,
-        piece: *const ::core::ffi::c_char,
+        user: *mut ::std::os::raw::c_void,
+        piece: *const ::std::os::raw::c_char,
         piece_size: usize,
     ) -> i32,
 >;
@@ -2813,7 +2813,7 @@ extern "C" {
         prompt_count: usize,
         options: *const colibri_generate_options,
         on_piece: colibri_piece_fn,
-        user: *mut ::core::ffi::c_void,
+        user: *mut ::std::os::raw::c_void,
         result: *mut colibri_generate_result,
     ) -> i32;
 }
@@ -2834,7 +2834,7 @@ extern "C" {
 extern "C" {
     pub fn colibri_stream_next(
         stream: *mut colibri_stream,
-        piece: *mut *const ::core::ffi::c_char,
+        piece: *mut *const ::std::os::raw::c_char,
         piece_size: *mut usize,
     ) -> i32;
 }
@@ -2868,7 +2868,7 @@ extern "C" {
 }
 pub type colibri_expert_fn = ::core::option::Option<
     unsafe extern "C" fn(
-        user: *mut ::core::ffi::c_void,
+        user: *mut ::std::os::raw::c_void,
         layer: u32,
         expert: u32,
         rows_in: *const f32,
@@ -2881,11 +2881,11 @@ extern "C" {
     pub fn colibri_session_set_expert_fn(
         session: *mut colibri_session,
         fn_: colibri_expert_fn,
-        user: *mut ::core::ffi::c_void,
+        user: *mut ::std::os::raw::c_void,
     ) -> i32;
 }
 extern "C" {
-    pub fn colibri_stage_name(stage: u32) -> *const ::core::ffi::c_char;
+    pub fn colibri_stage_name(stage: u32) -> *const ::std::os::raw::c_char;
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
