@@ -40,6 +40,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"math"
 	"runtime/cgo"
 	"sync"
 	"sync/atomic"
@@ -118,6 +119,16 @@ func (e *Error) Error() string {
 func (e *Error) Is(target error) bool {
 	s, ok := target.(Status)
 	return ok && s == e.Status
+}
+
+// u32 converts an int argument to the C API's uint32_t, refusing a value that would wrap
+// (a negative count, or sequence 1<<32 silently becoming sequence 0).
+func u32(op, what string, v int) (C.uint32_t, error) {
+	if v < 0 || uint64(v) > math.MaxUint32 {
+		return 0, &Error{Op: op, Status: StatusInvalidArgument,
+			Message: fmt.Sprintf("%s %d is out of range (0..%d)", what, v, uint64(math.MaxUint32))}
+	}
+	return C.uint32_t(v), nil
 }
 
 // ErrClosed is returned by calls on a closed Model, Session or Stream.
@@ -237,8 +248,33 @@ func colibriGoLog(handle C.uintptr_t, level C.int32_t, message *C.char) {
 		return
 	}
 	if h, ok := lib.logHandler.Load().(logHandler); ok && h.fn != nil {
-		h.fn(LogLevel(level), C.GoString(message))
+		lvl, text := LogLevel(level), C.GoString(message)
+		// A log line has no caller to hand a panic to: a panic or Goexit in the handler ends
+		// only the handler's goroutine, never unwinds through libcolibri's frames.
+		callIsolated(func() { h.fn(lvl, text) })
 	}
+}
+
+// callIsolated runs f on its own goroutine and waits for it, so that nothing f does unwinds
+// through the C frames of the cgo call that invoked the Go callback: a panic is recovered
+// there, and runtime.Goexit (what t.FailNow calls) ends only that goroutine. exited reports
+// that f did not return normally; panicVal is the recovered value (nil after Goexit, and
+// after panic(nil), which recover cannot tell apart before Go 1.21).
+func callIsolated(f func()) (exited bool, panicVal interface{}) {
+	done := make(chan struct{})
+	go func() {
+		returned := false
+		defer func() {
+			if !returned {
+				exited, panicVal = true, recover()
+			}
+			close(done)
+		}()
+		f()
+		returned = true
+	}()
+	<-done
+	return exited, panicVal
 }
 
 // DType is a COLIBRI_DTYPE_* element type.

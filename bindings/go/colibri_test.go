@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -477,6 +478,65 @@ func TestCallbackMisuseAndPanic(t *testing.T) {
 	if !equalTokens(tokens, fixture.oracle.Greedy) {
 		t.Fatalf("after a panic: %v", tokens)
 	}
+	// runtime.Goexit in the callback (what t.FailNow calls) and panic(nil) stop the generation
+	// after that piece and end the calling goroutine, without unwinding through the library:
+	// the session is not left with an open stream.
+	for _, exit := range []func(){runtime.Goexit, func() { panic(nil) }} {
+		pieces, returned := 0, false
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.GenerateTokens(context.Background(), fixture.oracle.InputIDs, greedyOptions(), func(string) error {
+				pieces++
+				exit()
+				return nil
+			})
+			returned = true
+		}()
+		<-done
+		if pieces != 1 || returned {
+			t.Fatalf("after exiting the callback: %d pieces, GenerateTokens returned: %v", pieces, returned)
+		}
+		tokens, _ := streamAll(t, s, fixture.oracle.InputIDs, greedyOptions())
+		if !equalTokens(tokens, fixture.oracle.Greedy) {
+			t.Fatalf("after exiting the callback: %v", tokens)
+		}
+	}
+}
+
+// Counts and indices are C uint32_t: a Go int that would wrap is refused, never truncated
+// (sequence 1<<32 must not become sequence 0).
+func TestOutOfRangeInts(t *testing.T) {
+	m := openModel(t)
+	s := newSession(t, m)
+	if err := s.Prefill(0, fixture.oracle.InputIDs); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := s.SequenceLength(0)
+	for name, err := range map[string]error{
+		"Decode(1<<32)":        s.Decode(1<<32, fixture.oracle.InputIDs[0]),
+		"Decode(-1)":           s.Decode(-1, fixture.oracle.InputIDs[0]),
+		"Batch Sequence 1<<32": s.Batch([]BatchEntry{{Sequence: 1 << 32, Position: -1, Token: 1}}),
+		"Batch Position 1<<32": s.Batch([]BatchEntry{{Position: 1 << 32, Token: 1}}),
+		"ResetSequence(1<<32)": s.ResetSequence(1 << 32),
+		"MaxTokens -1": func() error {
+			_, err := s.GenerateTokens(context.Background(), fixture.oracle.InputIDs, GenerateOptions{MaxTokens: -1}, nil)
+			return err
+		}(),
+		"Sampler.TopK -1": func() error {
+			_, err := s.StreamTokens(fixture.oracle.InputIDs, GenerateOptions{MaxTokens: 4, Sampler: &SamplerOptions{TopK: -1}})
+			return err
+		}(),
+		"ContextLength 1<<32+8": func() error { _, err := m.NewSession(SessionOptions{ContextLength: 1<<32 + 8}); return err }(),
+		"WithThreads(-1)":       func() error { _, err := Open(fixture.image, WithLibrary(fixture.lib), WithThreads(-1)); return err }(),
+	} {
+		if !errors.Is(err, StatusInvalidArgument) || !strings.Contains(err.Error(), "out of range") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if after, _ := s.SequenceLength(0); after != before {
+		t.Fatalf("sequence 0 changed from %d to %d tokens", before, after)
+	}
 }
 
 func TestBrokenFiles(t *testing.T) {
@@ -532,6 +592,27 @@ func TestBrokenFiles(t *testing.T) {
 	mu.Unlock()
 	if !strings.Contains(logged, "GGUF") {
 		t.Errorf("the debug log does not mention the failure: %q", logged)
+	}
+}
+
+// A log handler that panics ends only its own goroutine: the call that logged returns normally
+// (the panic does not unwind through libcolibri's frames).
+func TestPanickingLogHandler(t *testing.T) {
+	if fixture.skip != "" {
+		t.Skip(fixture.skip)
+	}
+	lib, err := Load(fixture.lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	if err := lib.SetLogHandler(LogDebug, func(LogLevel, string) { calls++; panic("log boom") }); err != nil {
+		t.Fatal(err)
+	}
+	defer lib.SetLogHandler(LogOff, nil)
+	_, err = Open(filepath.Join(fixture.tmp, "missing-for-log.colibri"), WithLoadedLibrary(lib))
+	if !errors.Is(err, StatusIO) || calls == 0 {
+		t.Fatalf("open with a panicking log handler: %v (handler called %d times)", err, calls)
 	}
 }
 

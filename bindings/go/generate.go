@@ -103,10 +103,16 @@ type generateArgs struct {
 	stops cStrings
 }
 
-func newGenerateArgs(o GenerateOptions) *generateArgs {
-	g := &generateArgs{eos: o.EOSTokens, stops: newCStrings(o.StopStrings)}
-	g.args.max_tokens = C.uint32_t(o.MaxTokens)
-	g.args.sequence = C.uint32_t(o.Sequence)
+func newGenerateArgs(op string, o GenerateOptions) (*generateArgs, error) {
+	g := &generateArgs{eos: o.EOSTokens}
+	var err error
+	convert := func(dst *C.uint32_t, what string, v int) {
+		if err == nil {
+			*dst, err = u32(op, what, v)
+		}
+	}
+	convert(&g.args.max_tokens, "MaxTokens", o.MaxTokens)
+	convert(&g.args.sequence, "Sequence", o.Sequence)
 	if o.IgnoreEOS {
 		g.args.ignore_eos = 1
 	}
@@ -117,12 +123,18 @@ func newGenerateArgs(o GenerateOptions) *generateArgs {
 		g.args.has_sampler = 1
 		c := &g.args.sampler
 		c.struct_size = C.uint32_t(unsafe.Sizeof(*c))
-		c.temperature, c.top_k, c.top_p, c.min_p = C.float(s.Temperature), C.uint32_t(s.TopK), C.float(s.TopP), C.float(s.MinP)
+		c.temperature, c.top_p, c.min_p = C.float(s.Temperature), C.float(s.TopP), C.float(s.MinP)
+		convert(&c.top_k, "Sampler.TopK", s.TopK)
 		c.repetition_penalty, c.presence_penalty = C.float(s.RepetitionPenalty), C.float(s.PresencePenalty)
-		c.frequency_penalty, c.penalty_last_n = C.float(s.FrequencyPenalty), C.uint32_t(s.PenaltyLastN)
+		c.frequency_penalty = C.float(s.FrequencyPenalty)
+		convert(&c.penalty_last_n, "Sampler.PenaltyLastN", s.PenaltyLastN)
 		c.seed = C.uint64_t(s.Seed)
 	}
-	return g
+	if err != nil {
+		return nil, err
+	}
+	g.stops = newCStrings(o.StopStrings)
+	return g, nil
 }
 
 func (g *generateArgs) free() { g.stops.free() }
@@ -132,19 +144,13 @@ type pieceState struct {
 	ctx      context.Context
 	fn       func(string) error
 	err      error // why the callback stopped the generation
-	panicked bool
+	exited   bool  // fn did not return: it panicked (panicVal) or called runtime.Goexit
 	panicVal interface{}
 }
 
 //export colibriGoPiece
-func colibriGoPiece(handle C.uintptr_t, piece *C.char, size C.size_t) (stop C.int32_t) {
+func colibriGoPiece(handle C.uintptr_t, piece *C.char, size C.size_t) C.int32_t {
 	st := cgo.Handle(handle).Value().(*pieceState)
-	defer func() {
-		// A panic must not unwind through libcolibri's frames: stop, and re-panic in Go.
-		if r := recover(); r != nil {
-			st.panicked, st.panicVal, stop = true, r, 1
-		}
-	}()
 	if err := st.ctx.Err(); err != nil {
 		st.err = err
 		return 1
@@ -152,7 +158,12 @@ func colibriGoPiece(handle C.uintptr_t, piece *C.char, size C.size_t) (stop C.in
 	if st.fn == nil {
 		return 0
 	}
-	if err := st.fn(C.GoStringN(piece, C.int(size))); err != nil {
+	text := C.GoStringN(piece, C.int(size))
+	var err error
+	if st.exited, st.panicVal = callIsolated(func() { err = st.fn(text) }); st.exited {
+		return 1
+	}
+	if err != nil {
 		st.err = err
 		return 1
 	}
@@ -163,8 +174,10 @@ func colibriGoPiece(handle C.uintptr_t, piece *C.char, size C.size_t) (stop C.in
 // it, calling fn with each piece of text (complete UTF-8; fn may be nil). It stops early when
 // ctx is done or fn returns an error: the result's FinishReason is then FinishCancelled and the
 // error is ctx.Err() or fn's error. ctx is checked before the prompt is processed and between
-// pieces (a long prefill is not interrupted). fn runs on the calling goroutine and must not use
-// this session. A panic in fn stops the generation and is re-raised by Generate.
+// pieces (a long prefill is not interrupted). fn must not use this session; it runs on a
+// goroutine of its own while Generate waits, so that nothing it does unwinds through the C
+// library: a panic in fn stops the generation and is re-raised by Generate, and
+// runtime.Goexit in fn (t.FailNow), or panic(nil), stops it and ends Generate's goroutine.
 func (s *Session) Generate(ctx context.Context, prompt string, opts GenerateOptions, fn func(piece string) error) (Result, error) {
 	ids, err := s.model.tokenize(true, prompt, AddSpecial)
 	if err != nil {
@@ -178,21 +191,27 @@ func (s *Session) GenerateTokens(ctx context.Context, prompt []int32, opts Gener
 	if err := ctx.Err(); err != nil {
 		return Result{FinishReason: FinishCancelled}, err
 	}
-	g := newGenerateArgs(opts)
+	g, err := newGenerateArgs("generate", opts)
+	if err != nil {
+		return Result{}, err
+	}
 	defer g.free()
 	st := &pieceState{ctx: ctx, fn: fn}
 	handle := cgo.NewHandle(st)
 	defer handle.Delete()
 	var result C.colibri_generate_result
-	err := s.use("generate", func(h *C.colibri_session) error {
+	err = s.use("generate", func(h *C.colibri_session) error {
 		var message *C.char
 		status := C.cgo_generate(s.api(), h, int32Ptr(prompt), C.size_t(len(prompt)), &g.args, int32Ptr(g.eos),
 			C.size_t(len(g.eos)), g.stops.array, C.size_t(g.stops.n), C.uintptr_t(handle), &result, &message)
 		return errorFrom("generate", status, message)
 	})
 	runtime.KeepAlive(prompt)
-	if st.panicked {
-		panic(st.panicVal)
+	if st.exited {
+		if st.panicVal != nil {
+			panic(st.panicVal)
+		}
+		runtime.Goexit() // fn called runtime.Goexit (t.FailNow), or panic(nil): end this goroutine too
 	}
 	if err != nil {
 		return resultFrom(&result), err
@@ -220,10 +239,13 @@ func (s *Session) Stream(prompt string, opts GenerateOptions) (*Stream, error) {
 
 // StreamTokens is Stream from token ids.
 func (s *Session) StreamTokens(prompt []int32, opts GenerateOptions) (*Stream, error) {
-	g := newGenerateArgs(opts)
+	g, err := newGenerateArgs("stream", opts)
+	if err != nil {
+		return nil, err
+	}
 	defer g.free()
 	var handle *C.colibri_stream
-	err := s.use("stream", func(h *C.colibri_session) error {
+	err = s.use("stream", func(h *C.colibri_session) error {
 		var message *C.char
 		status := C.cgo_stream_open(s.api(), h, int32Ptr(prompt), C.size_t(len(prompt)), &g.args, int32Ptr(g.eos),
 			C.size_t(len(g.eos)), g.stops.array, C.size_t(g.stops.n), &handle, &message)

@@ -19,6 +19,21 @@ type openConfig struct {
 	libraryPath string
 	library     *Library
 	set         []func(*C.colibri_model_options)
+	err         error // the first option with a value out of range
+}
+
+// withCount is withField for a uint32_t field from an int, refused (by Open) when it would wrap.
+func withCount(what string, v int, f func(*C.colibri_model_options, C.uint32_t)) Option {
+	return func(c *openConfig) {
+		n, err := u32("open", what, v)
+		if err != nil {
+			if c.err == nil {
+				c.err = err
+			}
+			return
+		}
+		c.set = append(c.set, func(o *C.colibri_model_options) { f(o, n) })
+	}
 }
 
 // WithLibrary loads libcolibri from path instead of DefaultLibrary.
@@ -34,7 +49,7 @@ func withField(f func(*C.colibri_model_options)) Option {
 // WithThreads sets the threads used to verify the image and the default for sessions
 // (0 = every CPU the process may run on).
 func WithThreads(n int) Option {
-	return withField(func(o *C.colibri_model_options) { o.threads = C.uint32_t(n) })
+	return withCount("WithThreads", n, func(o *C.colibri_model_options, v C.uint32_t) { o.threads = v })
 }
 
 // WithVerifyChecksums checks every tensor's checksum at open (reads every byte).
@@ -114,9 +129,9 @@ func WithNonFinitePolicy(policy uint32) Option {
 // WithNUMA sets the NUMA placement of the weights (NUMAOff, NUMABind on node, NUMAInterleave);
 // also the default for sessions.
 func WithNUMA(policy uint32, node int) Option {
-	return withField(func(o *C.colibri_model_options) {
+	return withCount("WithNUMA node", node, func(o *C.colibri_model_options, v C.uint32_t) {
 		o.numa_policy = C.uint32_t(policy)
-		o.numa_node = C.uint32_t(node)
+		o.numa_node = v
 	})
 }
 
@@ -138,6 +153,9 @@ func Open(path string, opts ...Option) (*Model, error) {
 	var cfg openConfig
 	for _, opt := range opts {
 		opt(&cfg)
+	}
+	if cfg.err != nil {
+		return nil, cfg.err
 	}
 	lib := cfg.library
 	if lib == nil {

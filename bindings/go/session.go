@@ -6,6 +6,7 @@ package colibri
 import "C"
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -57,28 +58,32 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 	if err := errorFrom("new session", C.cgo_session_options_init(m.lib.api, &options, &message), message); err != nil {
 		return nil, err
 	}
-	setIf := func(dst *C.uint32_t, v int) {
-		if v != 0 {
-			*dst = C.uint32_t(v)
+	var bad error
+	setIf := func(dst *C.uint32_t, what string, v int) {
+		if v != 0 && bad == nil {
+			*dst, bad = u32("new session", what, v)
 		}
 	}
-	setIf(&options.context_length, opts.ContextLength)
-	setIf(&options.max_sequences, opts.MaxSequences)
-	setIf(&options.max_batch_tokens, opts.MaxBatchTokens)
-	setIf(&options.max_logit_rows, opts.MaxLogitRows)
-	setIf(&options.threads, opts.Threads)
-	setIf(&options.pin_threads, int(opts.PinThreads))
-	setIf(&options.non_finite_policy, int(opts.NonFinitePolicy))
-	setIf(&options.kv_dtype, int(opts.KVDType))
+	setIf(&options.context_length, "ContextLength", opts.ContextLength)
+	setIf(&options.max_sequences, "MaxSequences", opts.MaxSequences)
+	setIf(&options.max_batch_tokens, "MaxBatchTokens", opts.MaxBatchTokens)
+	setIf(&options.max_logit_rows, "MaxLogitRows", opts.MaxLogitRows)
+	setIf(&options.threads, "Threads", opts.Threads)
+	setIf(&options.pin_threads, "PinThreads", int(opts.PinThreads))
+	setIf(&options.non_finite_policy, "NonFinitePolicy", int(opts.NonFinitePolicy))
+	setIf(&options.kv_dtype, "KVDType", int(opts.KVDType))
 	if opts.ForceScalar {
 		options.force_scalar = 1
 	}
 	if opts.Seed != 0 {
 		options.seed = C.uint64_t(opts.Seed)
 	}
-	setIf(&options.numa_policy, int(opts.NUMAPolicy))
-	setIf(&options.numa_node, opts.NUMANode)
-	setIf(&options.max_isa, int(opts.MaxISA))
+	setIf(&options.numa_policy, "NUMAPolicy", int(opts.NUMAPolicy))
+	setIf(&options.numa_node, "NUMANode", opts.NUMANode)
+	setIf(&options.max_isa, "MaxISA", int(opts.MaxISA))
+	if bad != nil {
+		return nil, bad
+	}
 
 	// The read lock: sessions are created concurrently; Close (write lock) waits.
 	m.mu.RLock()
@@ -184,18 +189,26 @@ func (s *Session) Reset() error {
 
 // ResetSequence forgets one sequence.
 func (s *Session) ResetSequence(sequence int) error {
+	seq, err := u32("reset sequence", "sequence", sequence)
+	if err != nil {
+		return err
+	}
 	return s.use("reset sequence", func(h *C.colibri_session) error {
 		var message *C.char
-		return errorFrom("reset sequence", C.cgo_session_reset_sequence(s.api(), h, C.uint32_t(sequence), &message), message)
+		return errorFrom("reset sequence", C.cgo_session_reset_sequence(s.api(), h, seq, &message), message)
 	})
 }
 
 // SequenceLength is the number of tokens a sequence holds.
 func (s *Session) SequenceLength(sequence int) (int, error) {
 	var length C.uint32_t
-	err := s.use("sequence length", func(h *C.colibri_session) error {
+	seq, err := u32("sequence length", "sequence", sequence)
+	if err != nil {
+		return 0, err
+	}
+	err = s.use("sequence length", func(h *C.colibri_session) error {
 		var message *C.char
-		return errorFrom("sequence length", C.cgo_session_sequence_length(s.api(), h, C.uint32_t(sequence), &length, &message), message)
+		return errorFrom("sequence length", C.cgo_session_sequence_length(s.api(), h, seq, &length, &message), message)
 	})
 	return int(length), err
 }
@@ -224,24 +237,32 @@ func floatPtr(v []float32) *C.float {
 // Prefill appends tokens to a sequence and runs them through the model; afterwards Logits(0)
 // are the last token's.
 func (s *Session) Prefill(sequence int, tokens []int32) error {
+	seq, err := u32("prefill", "sequence", sequence)
+	if err != nil {
+		return err
+	}
 	return s.use("prefill", func(h *C.colibri_session) error {
 		var message *C.char
-		return errorFrom("prefill", C.cgo_session_prefill(s.api(), h, C.uint32_t(sequence), int32Ptr(tokens), C.size_t(len(tokens)), &message), message)
+		return errorFrom("prefill", C.cgo_session_prefill(s.api(), h, seq, int32Ptr(tokens), C.size_t(len(tokens)), &message), message)
 	})
 }
 
 // Decode appends one token to a sequence and computes its logits (row 0).
 func (s *Session) Decode(sequence int, token int32) error {
+	seq, err := u32("decode", "sequence", sequence)
+	if err != nil {
+		return err
+	}
 	return s.use("decode", func(h *C.colibri_session) error {
 		var message *C.char
-		return errorFrom("decode", C.cgo_session_decode(s.api(), h, C.uint32_t(sequence), C.int32_t(token), &message), message)
+		return errorFrom("decode", C.cgo_session_decode(s.api(), h, seq, C.int32_t(token), &message), message)
 	})
 }
 
 // BatchEntry is one entry of a Batch call: a token of a sequence at a position.
 type BatchEntry struct {
 	Sequence   int
-	Position   int // -1: continue the sequence
+	Position   int // -1: continue the sequence; 0 (the zero value) is position 0, not "append"
 	Token      int32
 	WantLogits bool // compute this entry's logits (rows in entry order)
 }
@@ -253,7 +274,11 @@ func (s *Session) Batch(entries []BatchEntry) error {
 	sequences, positions, tokens, want := make([]uint32, n), make([]uint32, n), make([]int32, n), make([]uint32, n)
 	usePositions, anyLogits := false, false
 	for i, e := range entries {
-		sequences[i], tokens[i] = uint32(e.Sequence), e.Token
+		seq, err := u32("batch", fmt.Sprintf("entry %d: Sequence", i), e.Sequence)
+		if err != nil {
+			return err
+		}
+		sequences[i], tokens[i] = uint32(seq), e.Token
 		if e.Position >= 0 {
 			usePositions = true
 		}
@@ -267,7 +292,11 @@ func (s *Session) Batch(entries []BatchEntry) error {
 				return &Error{Op: "batch", Status: StatusInvalidArgument,
 					Message: "either every entry gives a position or none does"}
 			}
-			positions[i] = uint32(e.Position)
+			pos, err := u32("batch", fmt.Sprintf("entry %d: Position", i), e.Position)
+			if err != nil {
+				return err
+			}
+			positions[i] = uint32(pos)
 		}
 	}
 	var pPositions, pWant *C.uint32_t
