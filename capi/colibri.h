@@ -644,8 +644,9 @@ typedef struct colibri_generate_options {
   uint32_t sequence;          /* session sequence slot to use; it is reset first. Default 0 */
   uint32_t ignore_eos;        /* 1: keep going past EOS tokens. Default 0 */
   const colibri_sampler_options *sampler; /* NULL (default): sampler defaults */
-  const int32_t *eos_tokens;  /* NULL (default): the model's EOS ids. Borrowed for the call
-                                 (stream: until colibri_stream_open returns) */
+  const int32_t *eos_tokens;  /* NULL or a count of 0 (default): the model's EOS ids (none:
+                                 ignore_eos). Borrowed for the call (stream: until
+                                 colibri_stream_open returns) */
   size_t eos_token_count;
   const char *const *stop_strings; /* text that ends generation, excluded from the output.
                                       NUL-terminated UTF-8, borrowed as eos_tokens. Default none */

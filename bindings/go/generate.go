@@ -49,7 +49,7 @@ type GenerateOptions struct {
 	Sequence    int             // session sequence slot (reset first)
 	IgnoreEOS   bool            // keep going past EOS tokens
 	Sampler     *SamplerOptions // nil: the library's defaults
-	EOSTokens   []int32         // nil: the model's EOS ids
+	EOSTokens   []int32         // nil or empty: the model's EOS ids (IgnoreEOS: stop at none)
 	StopStrings []string        // text that ends generation (not part of the output)
 }
 
