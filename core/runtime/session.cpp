@@ -42,18 +42,17 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
   if (options.threads > 1024) return invalid(strprintf("threads %zu is out of range (0..1024)", options.threads));
   double kv_bytes = 2.0 * (options.kv_dtype == KvDtype::F16 ? 2.0 : 4.0) * static_cast<double>(options.max_sequences) * static_cast<double>(c.layer_count) *
                     static_cast<double>(options.context_length) * static_cast<double>(model.kv_dim());
-  if (kv_bytes > 256.0 * (1ull << 30))
-    return invalid(strprintf("the KV cache would need %.1f GiB (sequences × layers × context × kv width); lower "
-                             "context_length or max_sequences",
-                             kv_bytes / (1ull << 30)));
-  // The cache is zero-filled at creation, so a cache beyond the machine's memory would not
-  // fail cleanly: it would swap or draw the OOM killer.
+  // Two bounds, one check: a fixed 256 GiB, and the machine's memory (the cache is zero-filled at
+  // creation, so a cache beyond it would not fail cleanly: it would swap or draw the OOM killer).
+  const double kGiB = 1ull << 30, fixed_bound = 256.0 * kGiB;
   const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
   const double memory = pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size) : 0.0;
-  if (memory > 0 && kv_bytes > memory)
-    return invalid(strprintf("the KV cache would need %.1f GiB (sequences × layers × context × kv width) but this "
-                             "machine has %.1f GiB of memory; lower context_length or max_sequences",
-                             kv_bytes / (1ull << 30), memory / (1ull << 30)));
+  const bool memory_bound = memory > 0 && memory < fixed_bound;
+  if (kv_bytes > (memory_bound ? memory : fixed_bound))
+    return invalid(strprintf("the KV cache would need %.1f GiB (sequences × layers × context × kv width)%s; lower "
+                             "context_length or max_sequences",
+                             kv_bytes / kGiB,
+                             memory_bound ? strprintf(" but this machine has %.1f GiB of memory", memory / kGiB).c_str() : ""));
 
   std::unique_ptr<Session> s(new Session(model, options));
   s->kernels_ = &kernels::kernel_table(options.force_scalar ? kernels::Isa::Scalar : std::min(options.max_isa, kernels::best_isa()));
@@ -83,7 +82,7 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
     *error = make_error(ErrorKind::OutOfMemory,
                         strprintf("out of memory for the session's buffers (the KV cache alone is %.1f GiB for "
                                   "context_length %u × %u sequences); lower context_length or max_sequences",
-                                  kv_bytes / (1ull << 30), options.context_length, options.max_sequences));
+                                  kv_bytes / kGiB, options.context_length, options.max_sequences));
     return nullptr;
   }
   s->sequence_lengths_.assign(options.max_sequences, 0);
