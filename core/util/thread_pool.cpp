@@ -161,6 +161,18 @@ void ThreadPool::run(size_t task_count, TaskFn fn, void *context) {
     std::fprintf(stderr, "colibri: ThreadPool::parallel_for with %zu tasks (the limit is 2^32 - 1)\n", task_count);
     std::abort();
   }
+  if (task_count == 1 || workers_.empty()) {
+    // Run here, as thread 0. Publishing a single task would cost a handshake, and the static
+    // partition puts it in a worker's range: the worker would pull the task's inputs into its
+    // core's caches and the caller would pull the outputs back. A task's exception leaves
+    // through this frame (the unique_lock releases the call; `done` clears the caller).
+    struct ClearCaller {
+      std::atomic<std::thread::id> &caller;
+      ~ClearCaller() { caller.store(std::thread::id()); }
+    } done{job_caller_};
+    for (size_t task = 0; task < task_count; ++task) fn(context, task, 0);
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(error_mutex_);
     error_ = nullptr;

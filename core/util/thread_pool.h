@@ -6,7 +6,8 @@
 // finished its range then takes unclaimed tasks from the others' ranges, one at a time. So
 // a worker that the OS has descheduled (another process on its core) or that has not woken
 // up yet holds the call back by at most the one task it is running, not by its whole range.
-// The calling thread works too and the call returns when every task is done. Because a task
+// The calling thread works too and the call returns when every task is done. A call with one
+// task (or a pool of one thread) runs on the calling thread alone, as thread 0. Because a task
 // always runs whole, on one thread, with the inputs the caller defined, results never depend
 // on the thread count or on which thread ran which task, as long as each task writes only
 // its own outputs (ARCHITECTURE.md §5).

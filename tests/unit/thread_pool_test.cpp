@@ -160,21 +160,55 @@ TEST_CASE("an exception in a task reaches the caller after all threads stop", "[
 }
 
 TEST_CASE("calls from two outside threads are serialised, not interleaved", "[thread_pool]") {
-  ThreadPool pool(with_threads(3));
-  std::atomic<int> active{0};
-  std::atomic<bool> interleaved{false};
-  auto client = [&] {
-    for (int i = 0; i < 300; ++i) {
-      pool.parallel_for(9, [&](size_t task, size_t) {
-        if (task == 0 && active.fetch_add(1) != 0) interleaved = true;
-        if (task == 0) active.fetch_sub(1);
+  // Also for one-task calls, which run on the calling thread: two of them at once would both
+  // be thread 0 and share its scratch.
+  for (size_t tasks : {9, 1}) {
+    INFO("tasks=" << tasks);
+    ThreadPool pool(with_threads(3));
+    std::atomic<int> active{0};
+    std::atomic<bool> interleaved{false};
+    auto client = [&] {
+      for (int i = 0; i < 300; ++i) {
+        pool.parallel_for(tasks, [&](size_t task, size_t) {
+          if (task == 0 && active.fetch_add(1) != 0) interleaved = true;
+          if (task == 0) std::this_thread::yield();
+          if (task == 0) active.fetch_sub(1);
+        });
+      }
+    };
+    std::thread a(client), b(client);
+    a.join();
+    b.join();
+    REQUIRE_FALSE(interleaved.load());
+  }
+}
+
+TEST_CASE("a one-task call runs on the calling thread as thread 0", "[thread_pool]") {
+  for (size_t threads : {1, 2, 4}) {
+    INFO("threads=" << threads);
+    ThreadPool pool(with_threads(threads));
+    for (int round = 0; round < 50; ++round) {
+      std::thread::id ran_on;
+      size_t index = ~size_t(0);
+      pool.parallel_for(1, [&](size_t task, size_t thread) {
+        REQUIRE(task == 0);
+        ran_on = std::this_thread::get_id();
+        index = thread;
       });
+      REQUIRE(ran_on == std::this_thread::get_id());
+      REQUIRE(index == 0);
+      // Interleaved with calls the workers take part in (the decode pattern).
+      std::atomic<int> count{0};
+      pool.parallel_for(8, [&](size_t, size_t) { count.fetch_add(1); });
+      REQUIRE(count.load() == 8);
     }
-  };
-  std::thread a(client), b(client);
-  a.join();
-  b.join();
-  REQUIRE_FALSE(interleaved.load());
+    REQUIRE_THROWS_AS(pool.parallel_for(1, [](size_t, size_t) { throw std::runtime_error("the only task failed"); }),
+                      std::runtime_error);
+    std::atomic<int> count{0};
+    pool.parallel_for(1, [&](size_t, size_t) { count.fetch_add(1); });
+    pool.parallel_for(5, [&](size_t, size_t) { count.fetch_add(1); });
+    REQUIRE(count.load() == 6);
+  }
 }
 
 TEST_CASE("a row-split matmul gives identical bits for every thread count", "[thread_pool][determinism]") {
