@@ -16,7 +16,8 @@ namespace {
 
 // RoPE, rotate_half form: pairs (i, i + d/2) rotate by position · θ^(−2i/d). The inverse
 // frequencies (Buffers::rope_inv_freq) and the angle are fp32 as transformers computes them,
-// cos/sin in double. The angles of one position serve every q and k head of its token.
+// cos/sin in double. The angles of one position serve every q and k head of its token in
+// every layer: they are computed once per forward step (prepare_rope).
 void rope_angles(const float *inv_freq, size_t half, uint32_t position, float *cos_out, float *sin_out) {
   for (size_t i = 0; i < half; ++i) {
     const float angle = static_cast<float>(position) * inv_freq[i];
@@ -44,6 +45,15 @@ void clip(float *row, size_t n, float limit) {
 
 }  // namespace
 
+void Session::prepare_rope(const BatchEntry *entries, size_t count) {
+  StageTimer timer(stats_, Stage::Attention);
+  Buffers &b = *buffers_;
+  const size_t D = model_.config().head_dim;
+  pool_->parallel_for(count, [&](size_t t, size_t) {
+    rope_angles(b.rope_inv_freq.data(), D / 2, entries[t].position, &b.rope_trig[t * D], &b.rope_trig[t * D + D / 2]);
+  });
+}
+
 void Session::attention(uint32_t layer, const BatchEntry *entries, size_t count) {
   StageTimer timer(stats_, Stage::Attention);
   const model::ModelConfig &c = model_.config();
@@ -61,7 +71,7 @@ void Session::attention(uint32_t layer, const BatchEntry *entries, size_t count)
   matmuls(qkv, 3, b.xn.data(), count);
 
   // Per token: biases, q/k norms, clipping, RoPE; then store k and v in the cache.
-  pool_->parallel_for(count, [&](size_t t, size_t thread) {
+  pool_->parallel_for(count, [&](size_t t, size_t) {
     float *q = &b.q[t * Q], *k = &b.k[t * KV], *v = &b.v[t * KV];
     add_bias(q, w.attn_q_bias, Q);
     add_bias(k, w.attn_k_bias, KV);
@@ -79,8 +89,7 @@ void Session::attention(uint32_t layer, const BatchEntry *entries, size_t count)
       clip(k, KV, limit);
       clip(v, KV, limit);
     }
-    float *cos_v = &b.rope_trig[thread * D], *sin_v = cos_v + D / 2;
-    rope_angles(b.rope_inv_freq.data(), D / 2, entries[t].position, cos_v, sin_v);
+    const float *cos_v = &b.rope_trig[t * D], *sin_v = cos_v + D / 2;
     for (size_t h = 0; h < heads; ++h) apply_rope(q + h * D, D / 2, cos_v, sin_v);
     for (size_t h = 0; h < c.kv_head_count; ++h) apply_rope(k + h * D, D / 2, cos_v, sin_v);
     size_t key_at = b.kv_offset(entries[t].sequence, layer) + entries[t].position * KV;

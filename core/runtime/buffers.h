@@ -41,7 +41,7 @@ struct Session::Buffers {
   std::vector<uint16_t> kv_cache_f16;  // same layout, f16 (KvDtype::F16)
   std::vector<float> kv_row;           // [P, 2, head_dim] a cache row converted to f32 (F16 only)
   std::vector<float> rope_inv_freq;    // [head_dim / 2] θ^(−2i/d), fixed for the model
-  std::vector<float> rope_trig;        // [P, head_dim] cos | sin of one position, per thread
+  std::vector<float> rope_trig;        // [N, head_dim] cos | sin of each entry's position
   // MoE
   std::vector<float> router_logits;       // [N, E]
   std::vector<int32_t> topk_expert;       // [N, K]
@@ -55,6 +55,7 @@ struct Session::Buffers {
   std::vector<float> expert_out;          // [N·K, hidden]
   std::vector<unsigned char> tokens_q8;   // [N, q8 row of hidden] activations quantised once per token
   std::vector<unsigned char> gathered_q8; // [N·K, q8 row of max(hidden, ffn)] grouped by expert
+  std::vector<unsigned char> matmul_q8;   // [N, q8 row of max(hidden, q_dim, ffn)] input of Session::matmuls
   std::vector<float> shared_gate_logit;   // [N]
   std::vector<ExpertTask> tasks;          // work list of one phase
   std::vector<MatmulTask> matmul_tasks;   // work list of one Session::matmuls call
@@ -81,7 +82,7 @@ struct Session::Buffers {
     rope_inv_freq.resize(c.head_dim / 2);
     for (size_t i = 0; i < rope_inv_freq.size(); ++i)
       rope_inv_freq[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
-    rope_trig.assign(threads * c.head_dim, 0.0f);
+    rope_trig.assign(N * c.head_dim, 0.0f);
     kv_layer_stride = 2ull * o.context_length * m.kv_dim();
     kv_sequence_stride = kv_layer_stride * c.layer_count;
     if (o.kv_dtype == KvDtype::F16) {
@@ -105,6 +106,7 @@ struct Session::Buffers {
     auto q8_row_bound = [](size_t cols) { return (cols / 32 + 1) * 36; };
     tokens_q8.assign(N * q8_row_bound(H), 0);
     gathered_q8.assign(N * K * q8_row_bound(std::max<size_t>(H, ffn)), 0);
+    matmul_q8.assign(N * q8_row_bound(std::max({H, static_cast<size_t>(m.q_dim()), ffn})), 0);
     shared_gate_logit.assign(N, 0.0f);
     // At most E experts × row blocks per phase; blocks per matrix ≤ 4·threads + 1, or the
     // prefill stripes of the larger of the two matrix heights.

@@ -154,6 +154,7 @@ Error Session::forward(const BatchEntry *entries, size_t count) {
 
   // 1. Token embeddings into the residual stream x [count, hidden].
   embed(entries, count);
+  prepare_rope(entries, count);
 
   for (uint32_t l = 0; l < c.layer_count; ++l) {
     // 2. Attention block: x += Attention(RMSNorm(x)) (writes this batch's K/V into the cache).
@@ -222,12 +223,26 @@ void Session::matmuls(const MatmulJob *jobs, size_t job_count, const float *x, s
       tasks.push_back({static_cast<uint32_t>(j), static_cast<uint32_t>(r0), static_cast<uint32_t>(std::min(rows, r0 + per_block))});
     stats_.weight_bytes_read += w.matrix_bytes;
   }
+  // q8 weights: quantise the input once for the call (with the first q8 matrix's group size)
+  // instead of once per task in the kernel; bitwise the same products.
+  uint32_t q8_group = 0;
+  for (size_t j = 0; j < job_count && !q8_group; ++j)
+    if (jobs[j].w->dtype == kernels::DType::Q8) q8_group = jobs[j].w->group_size;
+  const size_t cols = jobs[0].w->cols;
+  const size_t q8_row = q8_group ? kernels::row_bytes(kernels::DType::Q8, q8_group, cols) : 0;
+  unsigned char *x_q8 = buffers_->matmul_q8.data();
+  if (q8_group)
+    pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->quantize_row_q8(x + t * cols, cols, q8_group, x_q8 + t * q8_row); });
   auto fn = count <= 8 ? kernels_->matmul_rows : kernels_->gemm_rows;
+  auto fn_q8 = count <= 8 ? kernels_->matmul_rows_q8 : kernels_->gemm_rows_q8;
   pool_->parallel_for(tasks.size(), [&](size_t i, size_t) {
     const MatmulTask task = tasks[i];
     const MatmulJob &job = jobs[task.job];
     const model::WeightMatrix &w = *job.w;
-    fn(w.data, w.dtype, w.group_size, w.cols, task.row_begin, task.row_end, x, count, job.y, job.y_stride);
+    if (w.dtype == kernels::DType::Q8 && w.group_size == q8_group)
+      fn_q8(w.data, w.group_size, w.cols, task.row_begin, task.row_end, x_q8, count, job.y, job.y_stride);
+    else
+      fn(w.data, w.dtype, w.group_size, w.cols, task.row_begin, task.row_end, x, count, job.y, job.y_stride);
   });
 }
 

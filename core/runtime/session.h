@@ -106,6 +106,8 @@ class Session {
 
   Error check_batch(const BatchEntry *entries, size_t count) const;
   void embed(const BatchEntry *entries, size_t count);
+  // RoPE cos | sin of each entry's position into Buffers::rope_trig, for all layers.
+  void prepare_rope(const BatchEntry *entries, size_t count);
   void attention(uint32_t layer, const BatchEntry *entries, size_t count);
   Error ffn(uint32_t layer, size_t count, const Route *routes, const float *input, float *output);
   Error guard_non_finite(float *rows, size_t count, size_t width, const char *stage, uint32_t layer);
@@ -124,6 +126,7 @@ class Session {
   static constexpr size_t kMaxMatmulJobs = 4;  // more still work, but a call may then allocate
   // Several matrices on the same input in one parallel call (one barrier instead of one per
   // matrix), each split into row blocks in proportion to its size. Same results as matmul().
+  // The matrices must have the same column count (the width of x).
   void matmuls(const MatmulJob *jobs, size_t job_count, const float *x, size_t count);
   void lm_head(size_t count);
 
