@@ -20,10 +20,6 @@ struct ExpertTask {
   uint32_t row_begin, row_end;
 };
 
-struct MatmulTask {
-  uint32_t job;
-  uint32_t row_begin, row_end;
-};
 
 // An expert computed with the prefill kernel (more than 8 tokens) is cut into row stripes of
 // at most this many rows per phase (see run_experts in moe.cpp).
@@ -58,7 +54,6 @@ struct Session::Buffers {
   std::vector<unsigned char> matmul_q8;   // [N, q8 row of max(hidden, q_dim, ffn)] input of Session::matmuls
   std::vector<float> shared_gate_logit;   // [N]
   std::vector<ExpertTask> tasks;          // work list of one phase
-  std::vector<MatmulTask> matmul_tasks;   // work list of one Session::matmuls call
   std::vector<uint32_t> logit_sources;    // [N] entry index of each logits row
   std::vector<uint32_t> scratch_lengths;  // [sequences]
   std::vector<uint32_t> scratch_last_position;  // [sequences]
@@ -112,8 +107,6 @@ struct Session::Buffers {
     // prefill stripes of the larger of the two matrix heights.
     const size_t stripes = (std::max<size_t>(H, ffn) + kExpertPrefillStripeRows - 1) / kExpertPrefillStripeRows;
     tasks.reserve(E * (std::max<size_t>(4 * threads, stripes) + 2) + 8);
-    // matmuls(): at most 4·threads blocks plus one per job (rounding up).
-    matmul_tasks.reserve(4 * threads + Session::kMaxMatmulJobs);
     logit_sources.assign(N, 0);
     scratch_lengths.assign(o.max_sequences, 0);
     scratch_last_position.assign(o.max_sequences, 0);

@@ -13,6 +13,7 @@
 
 #include "image/dtype_convert.h"
 #include "runtime/buffers.h"
+#include "runtime/row_split.h"
 #include "util/strings.h"
 
 namespace colibri::runtime {
@@ -208,21 +209,22 @@ void Session::matmul(const model::WeightMatrix &w, const float *x, size_t count,
 }
 
 void Session::matmuls(const MatmulJob *jobs, size_t job_count, const float *x, size_t count) {
-  std::vector<MatmulTask> &tasks = buffers_->matmul_tasks;
-  tasks.clear();
-  uint64_t total_bytes = 0;
-  for (size_t j = 0; j < job_count; ++j) total_bytes += jobs[j].w->matrix_bytes;
-  const size_t total_blocks = std::max<size_t>(1, pool_->thread_count() * 4);
+  // The jobs' rows, one matrix after the other, form one row space that the call cuts into
+  // tasks of equal weight bytes (equal_bytes_cut; cuts rounded down to kMatmulRowAlign rows
+  // inside a matrix), so the pool's static partition hands every thread the same bytes.
+  // Cutting each matrix into its own blocks gave blocks of unequal size (q/k/v: 6 blocks of
+  // 342 KiB and 4 of 256 KiB for 2 threads), and the thread with the smaller half then waited
+  // for the other's last block.
+  size_t total_rows = 0;
   for (size_t j = 0; j < job_count; ++j) {
-    const model::WeightMatrix &w = *jobs[j].w;
-    const size_t rows = w.rows;
-    const size_t share = static_cast<size_t>((total_blocks * w.matrix_bytes + total_bytes - 1) / std::max<uint64_t>(total_bytes, 1));
-    const size_t blocks = std::min<size_t>(rows, std::max<size_t>(1, share));
-    const size_t per_block = (rows + blocks - 1) / blocks;
-    for (size_t r0 = 0; r0 < rows; r0 += per_block)
-      tasks.push_back({static_cast<uint32_t>(j), static_cast<uint32_t>(r0), static_cast<uint32_t>(std::min(rows, r0 + per_block))});
-    stats_.weight_bytes_read += w.matrix_bytes;
+    total_rows += jobs[j].w->rows;
+    stats_.weight_bytes_read += jobs[j].w->matrix_bytes;
   }
+  const size_t task_count = std::max<size_t>(1, std::min(pool_->thread_count() * kMatmulTasksPerThread, total_rows));
+  auto shape = [&](size_t j, uint64_t *rows, uint64_t *row_bytes) {
+    *rows = jobs[j].w->rows;
+    *row_bytes = jobs[j].w->row_bytes;
+  };
   // q8 weights: quantise the input once for the call (with the first q8 matrix's group size)
   // instead of once per task in the kernel; bitwise the same products.
   uint32_t q8_group = 0;
@@ -235,14 +237,19 @@ void Session::matmuls(const MatmulJob *jobs, size_t job_count, const float *x, s
     pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->quantize_row_q8(x + t * cols, cols, q8_group, x_q8 + t * q8_row); });
   auto fn = count <= 8 ? kernels_->matmul_rows : kernels_->gemm_rows;
   auto fn_q8 = count <= 8 ? kernels_->matmul_rows_q8 : kernels_->gemm_rows_q8;
-  pool_->parallel_for(tasks.size(), [&](size_t i, size_t) {
-    const MatmulTask task = tasks[i];
-    const MatmulJob &job = jobs[task.job];
-    const model::WeightMatrix &w = *job.w;
-    if (w.dtype == kernels::DType::Q8 && w.group_size == q8_group)
-      fn_q8(w.data, w.group_size, w.cols, task.row_begin, task.row_end, x_q8, count, job.y, job.y_stride);
-    else
-      fn(w.data, w.dtype, w.group_size, w.cols, task.row_begin, task.row_end, x, count, job.y, job.y_stride);
+  pool_->parallel_for(task_count, [&](size_t i, size_t) {
+    const RowPosition first = equal_bytes_cut(shape, job_count, i, task_count, kMatmulRowAlign);
+    const RowPosition last = equal_bytes_cut(shape, job_count, i + 1, task_count, kMatmulRowAlign);
+    for (size_t j = first.matrix; j <= last.matrix && j < job_count; ++j) {
+      const MatmulJob &job = jobs[j];
+      const model::WeightMatrix &w = *job.w;
+      const size_t begin = j == first.matrix ? first.row : 0, end = j == last.matrix ? last.row : w.rows;
+      if (begin >= end) continue;
+      if (w.dtype == kernels::DType::Q8 && w.group_size == q8_group)
+        fn_q8(w.data, w.group_size, w.cols, begin, end, x_q8, count, job.y, job.y_stride);
+      else
+        fn(w.data, w.dtype, w.group_size, w.cols, begin, end, x, count, job.y, job.y_stride);
+    }
   });
 }
 

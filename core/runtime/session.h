@@ -123,7 +123,11 @@ class Session {
     float *y;
     size_t y_stride;
   };
-  static constexpr size_t kMaxMatmulJobs = 4;  // more still work, but a call may then allocate
+  // Tasks per thread of one matmuls() call (slack for the pool to even out a slow thread), and
+  // the row granularity of their boundaries inside a matrix (a multiple of every kernel's
+  // decode tile height but q8's 12, so that most tiles are whole).
+  static constexpr size_t kMatmulTasksPerThread = 4;
+  static constexpr size_t kMatmulRowAlign = 16;
   // Several matrices on the same input in one parallel call (one barrier instead of one per
   // matrix), each split into row blocks in proportion to its size. Same results as matmul().
   // The matrices must have the same column count (the width of x).

@@ -8,10 +8,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "kernels/cpu/kernels.h"
 #include "runtime/oracle_support.h"
 #include "runtime/router.h"
+#include "runtime/row_split.h"
 
 using namespace colibri;
 
@@ -327,4 +329,74 @@ TEST_CASE("a model loaded into memory runs from a read-only copy and gives the m
     CHECK(!numa->numa_report().empty());
     CHECK(numa->numa_report() != "off");
   }
+}
+
+TEST_CASE("matmul task cuts: equal bytes, every row exactly once, in order", "[engine][split]") {
+  using colibri::runtime::equal_bytes_cut;
+  using colibri::runtime::RowPosition;
+  struct Shape {
+    std::vector<uint64_t> rows, row_bytes;
+  };
+  const std::vector<Shape> shapes = {
+      {{1024, 256, 256}, {2048, 2048, 2048}},  // q, k, v of the benchmark model (f16)
+      {{1024, 256, 256}, {1152, 1152, 1152}},  // the same in q8/32
+      {{32000}, {2048}},                        // an LM head
+      {{8}, {4096}},                            // a router: fewer rows than tasks
+      {{3, 1, 77, 2}, {40, 8000, 36, 4}},       // mixed sizes, nothing aligned
+      {{1}, {4}},
+  };
+  for (const Shape &s : shapes) {
+    auto shape = [&](size_t j, uint64_t *rows, uint64_t *row_bytes) {
+      *rows = s.rows[j];
+      *row_bytes = s.row_bytes[j];
+    };
+    uint64_t total = 0;
+    for (size_t j = 0; j < s.rows.size(); ++j) total += s.rows[j] * s.row_bytes[j];
+    for (size_t tasks : {1, 2, 3, 8, 16, 64}) {
+      for (size_t align : {1, 16}) {
+        INFO("matrices=" << s.rows.size() << " tasks=" << tasks << " align=" << align);
+        std::vector<std::vector<int>> seen(s.rows.size());
+        for (size_t j = 0; j < s.rows.size(); ++j) seen[j].assign(s.rows[j], 0);
+        RowPosition previous{0, 0};
+        REQUIRE(equal_bytes_cut(shape, s.rows.size(), 0, tasks, align).matrix == 0);
+        REQUIRE(equal_bytes_cut(shape, s.rows.size(), 0, tasks, align).row == 0);
+        uint64_t max_task_bytes = 0;
+        for (size_t i = 0; i < tasks; ++i) {
+          const RowPosition a = equal_bytes_cut(shape, s.rows.size(), i, tasks, align);
+          const RowPosition b = equal_bytes_cut(shape, s.rows.size(), i + 1, tasks, align);
+          REQUIRE(a.row % align == 0);
+          REQUIRE(a.matrix == previous.matrix);
+          REQUIRE(a.row == previous.row);
+          REQUIRE((a.matrix < b.matrix || (a.matrix == b.matrix && a.row <= b.row)));
+          uint64_t bytes = 0;
+          for (size_t j = a.matrix; j <= b.matrix && j < s.rows.size(); ++j) {
+            const size_t begin = j == a.matrix ? a.row : 0, end = j == b.matrix ? b.row : s.rows[j];
+            if (j != a.matrix && j != b.matrix) REQUIRE(begin == 0);
+            for (size_t r = begin; r < end; ++r) ++seen[j][r];
+            if (end > begin) bytes += (end - begin) * s.row_bytes[j];
+          }
+          max_task_bytes = std::max(max_task_bytes, bytes);
+          previous = b;
+        }
+        REQUIRE(previous.matrix == s.rows.size());
+        REQUIRE(previous.row == 0);
+        for (size_t j = 0; j < s.rows.size(); ++j)
+          for (size_t r = 0; r < s.rows[j]; ++r) REQUIRE(seen[j][r] == 1);
+        // Equal bytes up to the rounding: a task is at most one share plus align rows of the
+        // widest matrix (the cut before it rounded down) plus one row (the share's remainder).
+        uint64_t widest = 0;
+        for (uint64_t rb : s.row_bytes) widest = std::max(widest, rb);
+        REQUIRE(max_task_bytes <= (total + tasks - 1) / tasks + (align + 1) * widest);
+      }
+    }
+  }
+  // The benchmark's q/k/v on 2 threads × 4 tasks: each thread gets half the bytes exactly.
+  const Shape qkv = shapes[0];
+  auto shape = [&](size_t j, uint64_t *rows, uint64_t *row_bytes) {
+    *rows = qkv.rows[j];
+    *row_bytes = qkv.row_bytes[j];
+  };
+  const RowPosition half = equal_bytes_cut(shape, 3, 4, 8, 16);
+  CHECK(half.matrix == 0);
+  CHECK(half.row == 768);
 }
