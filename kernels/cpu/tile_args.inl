@@ -17,12 +17,25 @@ struct TileArgs {
 //           stream even when rows are short (a 2 KiB row is over before a hardware prefetcher
 //           has ramped up on it). Measured in kernels_bench: f16 2816×1024 decode went from
 //           81% to 91% of the read probe; an L1 hint that far ahead evicts its own lines.
+//           Each row also prefetches kDecodeL1PrefetchBytes ahead of itself into L1, so that
+//           its loads hit L1 instead of waiting on L2 (see the constant).
 //   Gemm    the row panel is reused from L2: each row prefetches kWeightPrefetchBytes ahead in
 //           the row into L1.
 enum class Path { Decode, Gemm };
 
 // How far ahead of the current k each weight row is prefetched into L1 on the Gemm path.
 inline constexpr size_t kWeightPrefetchBytes = 1024;
+
+// How far ahead of the current k each weight row is prefetched into L1 on the Decode path (the
+// line is already in L2 or on its way there: the next-tile prefetch asked for it a tile
+// earlier). In-process A/B of two AVX2 kernel tables (40 ms slices alternated, 2 threads,
+// weights from DRAM, one-token decode, random quarter stripes), with / without it: f16
+// 2816 × 1024 1.08 [1.06..1.10], 1024 × 2816 1.07 [1.05..1.09], reaching 0.965–0.97 of a plain
+// read of the same bytes (0.90–0.91 without); q8/32 1.04 [1.01..1.07] (the same table built
+// twice reads 1.01 [0.99..1.03] in this harness). 128 to 1024 bytes all gained (1.02–1.08);
+// prefetching only every other line into L2, to save instructions, lost 9–20%
+// (docs/performance.md, seventh round).
+inline constexpr size_t kDecodeL1PrefetchBytes = 512;
 
 // Prefetches what the weight row being read at p will want (see Path); R = rows per tile,
 // S = the ISA's Simd vocabulary (prefetch_l1 / prefetch_l2). Those use __builtin_prefetch,
@@ -32,6 +45,7 @@ template <class S, Path P, int R>
 __attribute__((always_inline)) inline void prefetch_weights(const unsigned char *p, size_t w_stride) {
   if constexpr (P == Path::Decode) {
     S::prefetch_l2(reinterpret_cast<const char *>(p) + R * w_stride);
+    S::prefetch_l1(reinterpret_cast<const char *>(p) + kDecodeL1PrefetchBytes);
   } else {
     S::prefetch_l1(reinterpret_cast<const char *>(p) + kWeightPrefetchBytes);
   }
