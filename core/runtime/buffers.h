@@ -20,7 +20,6 @@ struct ExpertTask {
   uint32_t row_begin, row_end;
 };
 
-
 // An expert computed with the prefill kernel (more than 8 tokens) is cut into row stripes of
 // at most this many rows per phase (see run_experts in moe.cpp).
 inline constexpr size_t kExpertPrefillStripeRows = 256;

@@ -15,11 +15,12 @@ struct RowPosition {
 };
 
 // Where task `task` of `task_count` (0 <= task <= task_count) starts when the rows of `count`
-// matrices, one after another, are cut into tasks of equal bytes; each cut is rounded down to
-// a multiple of `align` rows inside its matrix. shape(j, &rows, &row_bytes) describes matrix j.
-// Task i covers [cut(i), cut(i + 1)): together the tasks cover every row exactly once, in
-// order, and a task can span the end of one matrix and the start of the next. Tasks can be
-// empty (small matrices, or cuts that round to the same row).
+// matrices, one after another, are cut into tasks of equal bytes; each cut is rounded to the
+// nearest multiple of `align` rows inside its matrix, or to the matrix's end (a position
+// {j, rows of j}, the same place as {j + 1, 0}). shape(j, &rows, &row_bytes) describes
+// matrix j. Task i covers [cut(i), cut(i + 1)): together the tasks cover every row exactly
+// once, in order, and a task can span the end of one matrix and the start of the next. Tasks
+// can be empty (small matrices, or cuts that round to the same row).
 template <class Shape>
 RowPosition equal_bytes_cut(Shape &&shape, size_t count, size_t task, size_t task_count, size_t align) {
   uint64_t total = 0;
@@ -33,7 +34,10 @@ RowPosition equal_bytes_cut(Shape &&shape, size_t count, size_t task, size_t tas
   for (size_t j = 0; j < count; ++j) {
     uint64_t rows = 0, row_bytes = 0;
     shape(j, &rows, &row_bytes);
-    if (target < start + rows * row_bytes) return {j, static_cast<size_t>((target - start) / row_bytes / align * align)};
+    if (target < start + rows * row_bytes) {
+      const uint64_t row = ((target - start) / row_bytes + align / 2) / align * align;
+      return {j, static_cast<size_t>(row < rows ? row : rows)};
+    }
     start += rows * row_bytes;
   }
   return {count, 0};

@@ -210,8 +210,8 @@ void Session::matmul(const model::WeightMatrix &w, const float *x, size_t count,
 
 void Session::matmuls(const MatmulJob *jobs, size_t job_count, const float *x, size_t count) {
   // The jobs' rows, one matrix after the other, form one row space that the call cuts into
-  // tasks of equal weight bytes (equal_bytes_cut; cuts rounded down to kMatmulRowAlign rows
-  // inside a matrix), so the pool's static partition hands every thread the same bytes.
+  // tasks of equal weight bytes (equal_bytes_cut; cuts rounded to kMatmulRowAlign rows inside
+  // a matrix), so the pool's static partition hands every thread the same bytes.
   // Cutting each matrix into its own blocks gave blocks of unequal size (q/k/v: 6 blocks of
   // 342 KiB and 4 of 256 KiB for 2 threads), and the thread with the smaller half then waited
   // for the other's last block.
@@ -220,7 +220,10 @@ void Session::matmuls(const MatmulJob *jobs, size_t job_count, const float *x, s
     total_rows += jobs[j].w->rows;
     stats_.weight_bytes_read += jobs[j].w->matrix_bytes;
   }
-  const size_t task_count = std::max<size_t>(1, std::min(pool_->thread_count() * kMatmulTasksPerThread, total_rows));
+  // At most one task per kMatmulRowAlign rows: a router of 8 rows is one task (run by the
+  // calling thread), not 8 tasks of which 7 are empty.
+  const size_t task_count = std::max<size_t>(
+      1, std::min(pool_->thread_count() * kMatmulTasksPerThread, (total_rows + kMatmulRowAlign - 1) / kMatmulRowAlign));
   auto shape = [&](size_t j, uint64_t *rows, uint64_t *row_bytes) {
     *rows = jobs[j].w->rows;
     *row_bytes = jobs[j].w->row_bytes;

@@ -115,7 +115,7 @@ class Session {
   Error run_experts(uint32_t layer, const model::LayerWeights &w, const float *input, size_t count, float *output);
   void dense_ffn(const model::WeightMatrix &gate, const model::WeightMatrix &up, const model::WeightMatrix &down,
                  const float *input, size_t count, float *gate_buf, float *up_buf, float *output);
-  // y[t, r] = W · x[t] for every row of W (its first matrix), split over the pool by row blocks.
+  // y[t, r] = W · x[t] for every row of W (its first matrix), split over the pool (matmuls).
   void matmul(const model::WeightMatrix &w, const float *x, size_t count, float *y, size_t y_stride);
   // One product of matmuls(): y[t, r] = W · x[t] for every row of W (its first matrix).
   struct MatmulJob {
@@ -124,13 +124,13 @@ class Session {
     size_t y_stride;
   };
   // Tasks per thread of one matmuls() call (slack for the pool to even out a slow thread), and
-  // the row granularity of their boundaries inside a matrix (a multiple of every kernel's
-  // decode tile height but q8's 12, so that most tiles are whole).
+  // the row granularity of their boundaries inside a matrix (a multiple of the one-token
+  // tiles' 8 rows for float weights and 16 for AVX-512 q8, so that those tiles stay whole).
   static constexpr size_t kMatmulTasksPerThread = 4;
   static constexpr size_t kMatmulRowAlign = 16;
   // Several matrices on the same input in one parallel call (one barrier instead of one per
-  // matrix), each split into row blocks in proportion to its size. Same results as matmul().
-  // The matrices must have the same column count (the width of x).
+  // matrix), their rows cut into tasks of equal bytes across the matrices (row_split.h). Same
+  // results as matmul() on each. The matrices must have the same column count (the width of x).
   void matmuls(const MatmulJob *jobs, size_t job_count, const float *x, size_t count);
   void lm_head(size_t count);
 

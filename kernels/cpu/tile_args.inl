@@ -31,8 +31,8 @@ inline constexpr size_t kWeightPrefetchBytes = 1024;
 // earlier). In-process A/B of two AVX2 kernel tables (40 ms slices alternated, 2 threads,
 // weights from DRAM, one-token decode, random quarter stripes), with / without it: f16
 // 2816 × 1024 1.08 [1.06..1.10], 1024 × 2816 1.07 [1.05..1.09], reaching 0.965–0.97 of a plain
-// read of the same bytes (0.90–0.91 without); q8/32 1.04 [1.01..1.07] (the same table built
-// twice reads 1.01 [0.99..1.03] in this harness). 128 to 1024 bytes all gained (1.02–1.08);
+// read of the same bytes (0.90–0.91 without); q8/32 1.04 [1.02..1.07] and 1.04 [1.01..1.05]
+// (the same table built twice reads 1.01 [0.99..1.03] in this harness). 128 to 1024 bytes all gained (1.02–1.08);
 // prefetching only every other line into L2, to save instructions, lost 9–20%
 // (docs/performance.md, seventh round).
 inline constexpr size_t kDecodeL1PrefetchBytes = 512;

@@ -364,7 +364,7 @@ TEST_CASE("matmul task cuts: equal bytes, every row exactly once, in order", "[e
         for (size_t i = 0; i < tasks; ++i) {
           const RowPosition a = equal_bytes_cut(shape, s.rows.size(), i, tasks, align);
           const RowPosition b = equal_bytes_cut(shape, s.rows.size(), i + 1, tasks, align);
-          REQUIRE(a.row % align == 0);
+          REQUIRE((a.matrix == s.rows.size() || a.row % align == 0 || a.row == s.rows[a.matrix]));
           REQUIRE(a.matrix == previous.matrix);
           REQUIRE(a.row == previous.row);
           REQUIRE((a.matrix < b.matrix || (a.matrix == b.matrix && a.row <= b.row)));
@@ -383,7 +383,8 @@ TEST_CASE("matmul task cuts: equal bytes, every row exactly once, in order", "[e
         for (size_t j = 0; j < s.rows.size(); ++j)
           for (size_t r = 0; r < s.rows[j]; ++r) REQUIRE(seen[j][r] == 1);
         // Equal bytes up to the rounding: a task is at most one share plus align rows of the
-        // widest matrix (the cut before it rounded down) plus one row (the share's remainder).
+        // widest matrix (its two cuts rounded, each by at most align / 2 rows) plus one row
+        // (the share's remainder).
         uint64_t widest = 0;
         for (uint64_t rb : s.row_bytes) widest = std::max(widest, rb);
         REQUIRE(max_task_bytes <= (total + tasks - 1) / tasks + (align + 1) * widest);
@@ -399,4 +400,14 @@ TEST_CASE("matmul task cuts: equal bytes, every row exactly once, in order", "[e
   const RowPosition half = equal_bytes_cut(shape, 3, 4, 8, 16);
   CHECK(half.matrix == 0);
   CHECK(half.row == 768);
+  // Cuts round to the nearest 16 rows, not down: 60 rows in 4 tasks are 16 + 16 + 16 + 12
+  // (rounding down gave 0 + 16 + 16 + 28).
+  auto router = [](size_t, uint64_t *rows, uint64_t *row_bytes) {
+    *rows = 60;
+    *row_bytes = 4096;
+  };
+  CHECK(equal_bytes_cut(router, 1, 1, 4, 16).row == 16);
+  CHECK(equal_bytes_cut(router, 1, 2, 4, 16).row == 32);
+  CHECK(equal_bytes_cut(router, 1, 3, 4, 16).row == 48);
+  CHECK(equal_bytes_cut(router, 1, 4, 4, 16).matrix == 1);
 }
