@@ -12,6 +12,8 @@
 #include "image/dtype_convert.h"
 #include "image/reader.h"
 #include "image/writer.h"
+#include "model/config.h"
+#include "model/header_fields.h"
 #include "model/tensor_names.h"
 #include "modeltool/cli_support.h"
 #include "modeltool/commands.h"
@@ -255,18 +257,27 @@ Error rewrite_image(const RepackRequest &r) {
     }
     specs.push_back(std::move(s));
   }
+  // The header's model fields come from the model metadata (model::header_fields, the one
+  // definition every open checks), so a repack also repairs a header that disagrees with its
+  // metadata. An image of tensors only (no valid "model" metadata) keeps its header's values.
   image::ModelHeaderFields fields;
-  fields.expert_count = h.expert_count;
-  fields.hidden_size = h.hidden_size;
-  fields.ffn_hidden_size = h.ffn_hidden_size;
-  fields.top_k = h.top_k;
-  fields.layer_count = h.layer_count;
-  for (const image::TensorInfo &t : img->tensors())
-    if (h.gate_weight_offset != 0 && t.offset == h.gate_weight_offset) fields.gate_tensor_name = t.name;
+  model::ModelConfig config;
+  auto model_meta = img->metadata().find("model");
+  if (model_meta != img->metadata().end() && model::ModelConfig::from_json(*model_meta, &config).ok()) {
+    fields = model::header_fields(config, specs);
+  } else {
+    fields.expert_count = h.expert_count;
+    fields.hidden_size = h.hidden_size;
+    fields.ffn_hidden_size = h.ffn_hidden_size;
+    fields.top_k = h.top_k;
+    fields.layer_count = h.layer_count;
+    for (const image::TensorInfo &t : img->tensors())
+      if (h.gate_weight_offset != 0 && t.offset == h.gate_weight_offset) fields.gate_tensor_name = t.name;
+    fields.expert_size_bytes = model::names::expert_size_bytes(specs, h.expert_count);
+  }
   image::WriterOptions writer_options;
   writer_options.alignment = r.alignment ? r.alignment : h.data_alignment;
   writer_options.overwrite = r.force;
-  fields.expert_size_bytes = model::names::expert_size_bytes(specs, h.expert_count);
   image::ImageWriter writer;
   if (Error e = writer.begin(r.out, writer_options, fields, specs, std::string(img->metadata_json()))) return e;
   uint64_t total = 0, done = 0;
@@ -299,7 +310,9 @@ Error rewrite_image(const RepackRequest &r) {
 
 int run_repack(int argc, char **argv) {
   cxxopts::Options options("colibri-model repack",
-                           "Rewrite an image with other dtypes or alignment, or to/from the zstd distribution form.");
+                           "Rewrite an image with other dtypes or alignment, or to/from the zstd distribution form. "
+                           "Without options, rewrite it as it is: the header's model fields are recomputed from the "
+                           "metadata and the padding is zeroed.");
   options.add_options()("dtype", "convert matrix weights to f32|f16|bf16|q8 (vectors and routers stay f32)",
                         cxxopts::value<std::string>())(
       "group-size", "q8 group size along each row: 32 or 64", cxxopts::value<uint32_t>()->default_value("32"))(
@@ -346,8 +359,9 @@ int run_repack(int argc, char **argv) {
   if (r.compress && r.decompress) return usage("--compress and --decompress exclude each other");
   if ((r.compress || r.decompress) && (r.change_dtype || r.alignment))
     return usage("--compress/--decompress copy the image byte for byte; run --dtype/--align as a separate repack");
-  if (!r.compress && !r.decompress && !r.change_dtype && !r.alignment)
-    return usage("nothing to do: give --dtype, --align, --compress or --decompress");
+  // Without options the image is rewritten as it is: same tensors, dtypes and alignment, the
+  // header's model fields recomputed from the metadata and the padding zeroed (what repairs an
+  // image that verify calls inconsistent in those two ways).
   if (r.in == r.out || util::same_file(r.in, r.out))
     return usage("OUT is the same file as IN; repack never rewrites its input in place: choose another OUT");
 

@@ -1,20 +1,28 @@
-// modeltool/verify.cpp — `colibri-model verify FILE [--deep]`: validates the structure
-// (as every open does), then every tensor checksum; --deep also scans the values for
-// NaN/Inf and names the first offending tensor and element index.
+// modeltool/verify.cpp — `colibri-model verify FILE [--deep]`: every check that opening the
+// model runs (structure, model binding, header fields, tokenizer), then every tensor
+// checksum; --deep also scans the values for NaN/Inf and requires zero padding. See verify.h.
+#include "modeltool/verify.h"
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <thread>
 
-#include "image/dtype_convert.h"
 #include "image/reader.h"
+#include "model/model.h"
 #include "modeltool/cli_support.h"
 #include "modeltool/commands.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 #include "util/strings.h"
 
 namespace colibri::modeltool {
 
 namespace {
+
+using util::strprintf;
+
+unsigned long long ull(uint64_t v) { return static_cast<unsigned long long>(v); }
 
 // Index of the first non-finite element of `t`, or -1. Q8 checks its scales.
 int64_t first_non_finite(const image::Image &img, const image::TensorInfo &t) {
@@ -56,11 +64,100 @@ int64_t first_non_finite(const image::Image &img, const image::TensorInfo &t) {
   return -1;
 }
 
+// A byte outside every region of the format: between the metadata and the first tensor,
+// between tensors, or after the last one.
+struct Gap {
+  uint64_t begin, end;
+  std::string after, before;  // what the gap lies between ("metadata", a tensor name, "end of file")
+};
+
+std::vector<Gap> padding_gaps(const image::Image &img) {
+  std::vector<const image::TensorInfo *> order;
+  for (const image::TensorInfo &t : img.tensors()) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](const auto *a, const auto *b) { return a->offset < b->offset; });
+  std::vector<Gap> gaps;
+  uint64_t cursor = img.header().metadata_offset + img.header().metadata_size;
+  std::string after = "the metadata";
+  for (const image::TensorInfo *t : order) {
+    if (t->offset > cursor) gaps.push_back({cursor, t->offset, after, "tensor '" + t->name + "'"});
+    cursor = t->offset + t->size;
+    after = "tensor '" + t->name + "'";
+  }
+  if (img.file_size() > cursor) gaps.push_back({cursor, img.file_size(), after, "the end of the file"});
+  return gaps;
+}
+
+Error check_padding(const image::Image &img, uint64_t *padding_bytes) {
+  *padding_bytes = 0;
+  for (const Gap &g : padding_gaps(img)) {
+    *padding_bytes += g.end - g.begin;
+    const unsigned char *p = img.bytes();
+    for (uint64_t i = g.begin; i < g.end; ++i) {
+      if (p[i] == 0) continue;
+      return make_error(ErrorKind::Corrupt,
+                        strprintf("'%s': byte %llu is 0x%02X, but it lies in the padding between %s and %s ([%llu, "
+                                  "%llu)), which no checksum covers and the format requires to be zero: the file was "
+                                  "damaged or written by another tool. Copy the image again (or re-convert it)",
+                                  img.path().c_str(), ull(i), p[i], g.after.c_str(), g.before.c_str(), ull(g.begin),
+                                  ull(g.end)));
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
+Error verify_image(const std::string &path, const VerifyOptions &options, VerifyReport *report) {
+  *report = VerifyReport{};
+  report->path = path;
+  Error error;
+  image::OpenOptions open_options;
+  open_options.advice = image::MapAdvice::Sequential;
+  // 1. The reader's validation, as at every open.
+  auto img = image::Image::open(path, open_options, &error);
+  if (!img) return error;
+  // 2. The model binding, as at every open (Model::from_image is what Model::load runs).
+  auto model = model::Model::from_image(std::move(img), &error);
+  if (!model) return error;
+  const image::Image &image = model->image();
+  report->family = model->config().family;
+  // 3. The tokenizer and the chat template, as colibri_model_open loads them.
+  const model::TokenizerInfo &tok = model->tokenizer();
+  if (!tok.json.empty()) {
+    if (!tokenizer::Tokenizer::from_json(tok.json, &error)) {
+      error.message = strprintf("'%s': the tokenizer (metadata tokenizer.json) cannot be loaded, so text prompts are "
+                                "refused (token ids still work): %s",
+                                path.c_str(), error.message.c_str());
+      return error;
+    }
+  }
+  if (!tok.chat_template.empty() && !tokenizer::ChatTemplate::parse(tok.chat_template, &error))
+    report->warnings.push_back("the chat template cannot be used (plain completion still works): " + error.message);
+  // 4. Every tensor checksum.
+  double start = monotonic_seconds();
+  if (Error e = image.verify_all(options.threads)) return e;
+  report->checksum_seconds = monotonic_seconds() - start;
+  report->tensor_count = image.tensors().size();
+  for (const auto &t : image.tensors()) report->tensor_bytes += t.size;
+  if (!options.deep) return {};
+  // 5. --deep: every value finite, every padding byte zero.
+  for (const auto &t : image.tensors()) {
+    int64_t bad = first_non_finite(image, t);
+    if (bad >= 0)
+      return make_error(ErrorKind::Corrupt,
+                        strprintf("'%s': tensor '%s' %s holds a non-finite value (NaN or Inf) at element %lld; the "
+                                  "checkpoint it was converted from is damaged or overflowed on conversion (try a "
+                                  "wider --dtype)",
+                                  path.c_str(), t.name.c_str(), t.shape_string().c_str(), static_cast<long long>(bad)));
+  }
+  return check_padding(image, &report->padding_bytes);
+}
+
 int run_verify(int argc, char **argv) {
-  cxxopts::Options options("colibri-model verify", "Check an image's structure and every tensor checksum.");
-  options.add_options()("deep", "also scan every value for NaN/Inf")(
+  cxxopts::Options options("colibri-model verify",
+                           "Check everything opening the image as a model checks (structure, model metadata bound to "
+                           "the tensors, header fields, tokenizer), then every tensor checksum.");
+  options.add_options()("deep", "also scan every value for NaN/Inf and require the padding between tensors to be zero")(
       "threads", "checksum threads (0 = all cores)", cxxopts::value<unsigned>()->default_value("0"))(
       "h,help", "show this help")("file", "image file", cxxopts::value<std::string>());
   options.parse_positional({"file"});
@@ -72,35 +169,17 @@ int run_verify(int argc, char **argv) {
     std::fprintf(stderr, "colibri-model verify: missing FILE\n\n%s", options.help().c_str());
     return kExitUsage;
   }
-  Error error;
-  image::OpenOptions open_options;
-  open_options.advice = image::MapAdvice::Sequential;
-  auto img = image::Image::open((*args)["file"].as<std::string>(), open_options, &error);
-  if (!img) return report_error("verify", error);
-
-  double start = monotonic_seconds();
-  if (Error e = img->verify_all((*args)["threads"].as<unsigned>())) return report_error("verify", e);
-  double elapsed = monotonic_seconds() - start;
-  uint64_t bytes = 0;
-  for (const auto &t : img->tensors()) bytes += t.size;
-
-  if (args->count("deep")) {
-    for (const auto &t : img->tensors()) {
-      int64_t bad = first_non_finite(*img, t);
-      if (bad >= 0) {
-        std::fprintf(stderr,
-                     "colibri-model verify: corrupt image: '%s': tensor '%s' %s holds a non-finite value (NaN or "
-                     "Inf) at element %lld; the checkpoint it was converted from is damaged or overflowed on "
-                     "conversion (try a wider --dtype)\n",
-                     img->path().c_str(), t.name.c_str(), t.shape_string().c_str(), static_cast<long long>(bad));
-        return kExitCorrupt;
-      }
-    }
-  }
-  double rate = elapsed > 0 ? static_cast<double>(bytes) / elapsed / 1e9 : 0.0;
-  std::printf("OK %s: %zu tensors, %s, checksums verified in %.3f s (%.2f GB/s)%s\n", img->path().c_str(),
-              img->tensors().size(), util::human_bytes(bytes).c_str(), elapsed, rate,
-              args->count("deep") ? ", all values finite" : "");
+  VerifyOptions vo;
+  vo.deep = args->count("deep") != 0;
+  vo.threads = (*args)["threads"].as<unsigned>();
+  VerifyReport r;
+  if (Error e = verify_image((*args)["file"].as<std::string>(), vo, &r)) return report_error("verify", e);
+  for (const std::string &w : r.warnings) std::fprintf(stderr, "colibri-model verify: warning: %s\n", w.c_str());
+  double rate = r.checksum_seconds > 0 ? static_cast<double>(r.tensor_bytes) / r.checksum_seconds / 1e9 : 0.0;
+  std::printf("OK %s: %s model, %zu tensors, %s, checksums verified in %.3f s (%.2f GB/s)%s\n", r.path.c_str(),
+              r.family.c_str(), r.tensor_count, util::human_bytes(r.tensor_bytes).c_str(), r.checksum_seconds, rate,
+              vo.deep ? strprintf(", all values finite, %s of padding all zero", util::human_bytes(r.padding_bytes).c_str()).c_str()
+                      : "");
   return kExitOk;
 }
 

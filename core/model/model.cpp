@@ -1,10 +1,15 @@
 // core/model/model.cpp — binds image tensors to the forward pass's weight views.
 // Every tensor the config implies must exist with exactly the expected shape; tensors the
-// config does not explain are refused too (a sign of a converter/engine mismatch).
+// config does not explain are refused too (a sign of a converter/engine mismatch), and the
+// fixed header's model fields must agree with the config (header_fields.h). This is every
+// check opening a model makes beyond the image reader's, so `colibri-model verify` runs it
+// too: it is compiled into colibri_image, which the model tool links (loading with placement
+// options, load.cpp, lives in colibri_core).
 #include "model/model.h"
 
 #include <set>
 
+#include "model/header_fields.h"
 #include "model/tensor_names.h"
 #include "util/strings.h"
 
@@ -110,47 +115,6 @@ std::string optional_string(const nlohmann::json &j, const char *key) {
 
 }  // namespace
 
-std::unique_ptr<Model> Model::load(const std::string &path, const LoadOptions &options, Error *error) {
-  // With a NUMA policy, pages must not be faulted in before the policy is set: open without
-  // MAP_POPULATE, apply the policy, then populate by the warm-up pass. A copy in memory gets
-  // the policy before it is filled.
-  image::OpenOptions open_options = options.image;
-  bool numa = options.numa.mode != util::NumaPolicy::Mode::Off;
-  bool populate_later = numa && open_options.populate && !options.load_into_memory;
-  if (numa || options.load_into_memory) open_options.populate = false;
-  if (options.load_into_memory) open_options.lock = false;  // the copy is locked instead
-  auto img = image::Image::open(path, open_options, error);
-  if (!img) return nullptr;
-  std::string report = "off";
-  if (options.load_into_memory) {
-    auto place = [&](unsigned char *memory, uint64_t bytes) -> Error {
-      return numa ? util::numa_apply_to_memory(options.numa, memory, bytes, &report) : Error{};
-    };
-    if (Error e = img->load_into_memory(place, options.image.lock)) {
-      *error = e;
-      return nullptr;
-    }
-  } else {
-    if (numa) {
-      const auto &h = img->header();
-      uint64_t begin = h.weight_data_offset & ~uint64_t{4095}, bytes = img->file_size() - begin;  // page-aligned
-      if (Error e = util::numa_apply_to_memory(options.numa, img->bytes() + begin, bytes, &report)) {
-        *error = e;
-        return nullptr;
-      }
-    }
-    if (options.warm_up || populate_later) {
-      // Touch one byte per page of the tensor data; the sum keeps the reads from being elided.
-      const unsigned char *base = img->bytes();
-      volatile unsigned char sink = 0;
-      for (uint64_t off = img->header().weight_data_offset; off < img->file_size(); off += 4096) sink = sink + base[off];
-    }
-  }
-  auto m = from_image(std::move(img), error);
-  if (m) m->numa_report_ = report;
-  return m;
-}
-
 std::unique_ptr<Model> Model::from_image(std::unique_ptr<image::Image> img, Error *error) {
   std::unique_ptr<Model> m(new Model());
   m->image_ = std::move(img);
@@ -241,7 +205,7 @@ Error Model::bind() {
       return make_error(ErrorKind::Corrupt, strprintf("'%s': tensor '%s' is not used by a %s model with this "
                                                       "configuration; the image and its metadata disagree",
                                                       image_->path().c_str(), t.name.c_str(), c.family.c_str()));
-  return {};
+  return check_header_fields(*image_, c);
 }
 
 }  // namespace colibri::model

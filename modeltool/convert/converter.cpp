@@ -18,6 +18,7 @@
 #include "modeltool/convert/tensor_stream.h"
 #include "modeltool/convert/tokenizer_metadata.h"
 #include "image/writer.h"
+#include "model/header_fields.h"
 #include "model/tensor_names.h"
 #include "modeltool/cli_support.h"
 #include "util/atomic_file.h"
@@ -79,23 +80,12 @@ Error check_output_is_not_an_input(const std::string &output, const std::vector<
   return {};
 }
 
-// The original Colibri header fields, from the first MoE layer.
+// The original Colibri header fields, from the first MoE layer (model::header_fields: the
+// definition every open checks the header against).
 image::ModelHeaderFields header_fields(const model::ModelConfig &config, const TensorPlan &plan) {
-  image::ModelHeaderFields fields;
-  fields.hidden_size = config.hidden_size;
-  fields.layer_count = config.layer_count;
-  for (uint64_t layer = 0; layer < config.layer_count; ++layer) {
-    if (!config.layer_is_moe[layer]) continue;
-    fields.expert_count = config.expert_count;
-    fields.ffn_hidden_size = config.expert_ffn_size;
-    fields.top_k = config.top_k;
-    fields.gate_tensor_name = model::names::layer_tensor(layer, model::names::kRouter);
-    std::vector<image::TensorSpec> specs;
-    for (const PlannedTensor &t : plan.tensors) specs.push_back(t.spec);
-    fields.expert_size_bytes = model::names::expert_size_bytes(specs, config.expert_count);
-    break;
-  }
-  return fields;
+  std::vector<image::TensorSpec> specs;
+  for (const PlannedTensor &t : plan.tensors) specs.push_back(t.spec);
+  return model::header_fields(config, specs);
 }
 
 // Every shard goes through XXH3 for the provenance before the image is written (its

@@ -14,6 +14,7 @@
 #include "image/dtype_convert.h"
 #include "image/reader.h"
 #include "support/synthetic_image.h"
+#include "support/synthetic_model.h"
 
 using namespace colibri;
 using Catch::Contains;
@@ -43,6 +44,13 @@ std::string make_image(const std::string &dir, image::DType dtype = image::DType
   testing::SyntheticImageSpec spec;
   spec.dtype = dtype;
   REQUIRE_FALSE(testing::write_synthetic_image(path, spec));
+  return path;
+}
+
+// A complete model image (verify binds the metadata to the tensors, as every open does).
+std::string make_model_image(const std::string &dir, image::DType dtype = image::DType::F32) {
+  std::string path = dir + "/model.colibri";
+  REQUIRE_FALSE(testing::write_synthetic_model(path, testing::tiny_model_config(), dtype));
   return path;
 }
 
@@ -86,7 +94,7 @@ TEST_CASE("output that cannot be written is an I/O error, not a silent exit 0", 
     return;
   }
   std::string dir = testing::temp_dir("cli-full");
-  std::string path = make_image(dir);
+  std::string path = make_model_image(dir);
   for (const std::string &args : {"inspect " + path, "inspect --json " + path, "verify " + path}) {
     INFO(args);
     Run r = run_tool(args, "/dev/full");
@@ -113,7 +121,7 @@ TEST_CASE("inspect prints the header, tensor table and totals, --json is parseab
 
 TEST_CASE("verify exit codes: 0 valid, 1 corrupt, 3 not an image, 4 I/O", "[cli]") {
   std::string dir = testing::temp_dir("cli-verify");
-  std::string path = make_image(dir);
+  std::string path = make_model_image(dir);
   Run ok = run_tool("verify " + path);
   CHECK(ok.exit_code == 0);
   CHECK_THAT(ok.out, Contains("OK") && Contains("GB/s"));
@@ -131,9 +139,36 @@ TEST_CASE("verify exit codes: 0 valid, 1 corrupt, 3 not an image, 4 I/O", "[cli]
   CHECK(run_tool("verify " + dir + "/missing.colibri").exit_code == 4);
 }
 
+TEST_CASE("verify refuses an image of tensors without model metadata, as opening it as a model does", "[cli]") {
+  std::string dir = testing::temp_dir("cli-tensors-only");
+  Run r = run_tool("verify " + make_image(dir));
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.out, Contains("no model metadata"));
+}
+
+TEST_CASE("verify names a header field that disagrees with the metadata, and repack rewrites it from the metadata",
+          "[cli][repack]") {
+  std::string dir = testing::temp_dir("cli-header");
+  auto bytes = testing::read_file(make_model_image(dir));
+  const uint64_t wrong = 4096;
+  std::memcpy(bytes.data() + offsetof(image::FileHeader, ffn_hidden_size), &wrong, sizeof wrong);
+  REQUIRE(testing::refresh_header_checksum(bytes));
+  testing::write_file(dir + "/bad.colibri", bytes);
+  Run bad = run_tool("verify " + dir + "/bad.colibri");
+  CHECK(bad.exit_code == 1);
+  CHECK_THAT(bad.out, Contains("header field ffn_hidden_size is 4096") && Contains("gives 32") && Contains("repack"));
+  REQUIRE(run_tool("repack " + dir + "/bad.colibri " + dir + "/fixed.colibri").exit_code == 0);
+  Run fixed = run_tool("verify " + dir + "/fixed.colibri");
+  CHECK(fixed.exit_code == 0);
+  Error err;
+  auto img = image::Image::open(dir + "/fixed.colibri", {}, &err);
+  REQUIRE(img);
+  CHECK(img->header().ffn_hidden_size == 32);
+}
+
 TEST_CASE("verify --deep names the first non-finite value", "[cli]") {
   std::string dir = testing::temp_dir("cli-deep");
-  auto bytes = testing::read_file(make_image(dir));
+  auto bytes = testing::read_file(make_model_image(dir));
   std::string path = dir + "/nan.colibri";
   {
     testing::write_file(path, bytes);
@@ -258,7 +293,9 @@ TEST_CASE("repack refuses OUT == IN, existing OUT without --force, and bad optio
   CHECK(S_ISFIFO(st.st_mode));
   CHECK(run_tool("repack " + path + " " + dir + "/x.colibri --dtype f8").exit_code == 2);
   CHECK(run_tool("repack " + path + " " + dir + "/x.colibri --align 100").exit_code == 2);
-  CHECK(run_tool("repack " + path + " " + dir + "/x.colibri").exit_code == 2);
+  // Without options the image is rewritten as it is: a consistent image comes out byte-identical.
+  CHECK(run_tool("repack " + path + " " + dir + "/x.colibri").exit_code == 0);
+  CHECK(testing::read_file(dir + "/x.colibri") == before);
   Run aligned = run_tool("repack " + path + " " + dir + "/a.colibri --align 65536");
   REQUIRE(aligned.exit_code == 0);
   Error err;

@@ -104,12 +104,26 @@ image::TensorEntry *entry_at(std::vector<unsigned char> &bytes, size_t i) {
   return reinterpret_cast<image::TensorEntry *>(bytes.data() + image::kHeaderSize + i * image::kTensorEntrySize);
 }
 
-std::string temp_dir(const std::string &tag) {
-  std::string tmpl = "/tmp/colibri-test-" + tag + "-XXXXXX";
+namespace {
+
+std::string make_temp_dir(const std::string &parent, const std::string &tag) {
+  std::string tmpl = parent + "/colibri-test-" + tag + "-XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
   char *dir = mkdtemp(buf.data());
-  return dir ? std::string(dir) : std::string("/tmp");
+  return dir ? std::string(dir) : std::string();
+}
+
+}  // namespace
+
+std::string temp_dir(const std::string &tag) {
+  std::string dir = make_temp_dir("/tmp", tag);
+  return dir.empty() ? std::string("/tmp") : dir;
+}
+
+std::string memory_temp_dir(const std::string &tag) {
+  std::string dir = ::access("/dev/shm", W_OK) == 0 ? make_temp_dir("/dev/shm", tag) : std::string();
+  return dir.empty() ? temp_dir(tag) : dir;
 }
 
 }  // namespace colibri::testing

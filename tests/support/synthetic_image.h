@@ -43,5 +43,8 @@ image::TensorEntry *entry_at(std::vector<unsigned char> &bytes, size_t i);
 
 // A fresh, empty temporary directory (removed by the OS test cleanup, not by us).
 std::string temp_dir(const std::string &tag);
+// The same in memory (/dev/shm) where the machine has it, else temp_dir: for tests that write
+// hundreds of small images through the writer, whose fsync would otherwise dominate.
+std::string memory_temp_dir(const std::string &tag);
 
 }  // namespace colibri::testing
