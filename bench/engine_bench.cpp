@@ -3,6 +3,8 @@
 //
 //   engine_bench --model IMAGE [--threads 2] [--reps 3] [--isa avx512|avx2|scalar] [--decode-only | --prefill-only]
 //                [--load-into-memory]   (weights copied into huge-page memory, not served from the mapping)
+//                [--numa off|bind:N|interleave]  (weights copied into placed memory; prints the open time
+//                and the measured placement) [--open-only]  (stop after that line)
 //   engine_bench --model IMAGE --moe-vs-read ROUNDS [--threads N] [--isa ...] [--load-into-memory]
 //                (only the decode expert stage against a read of the same bytes and the probe,
 //                alternating; see moe_vs_read below)
@@ -368,6 +370,8 @@ int main(int argc, char **argv) {
   int reps = 3;
   kernels::Isa isa = kernels::Isa::Avx512;
   bool run_prefill = true, run_decode = true, load_into_memory = false;
+  util::NumaPolicy numa;
+  bool open_only = false;
   int moe_vs_read_rounds = 0, interleave_pairs = 30;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -386,6 +390,14 @@ int main(int argc, char **argv) {
     else if (a == "--decode-only") run_prefill = false;
     else if (a == "--prefill-only") run_decode = false;
     else if (a == "--load-into-memory") load_into_memory = true;
+    else if (a == "--open-only") open_only = true;
+    else if (a == "--numa") {
+      const std::string v = value();
+      if (Error e = util::parse_numa_policy(v, &numa)) {
+        std::fprintf(stderr, "engine_bench: --numa: %s\n", e.message.c_str());
+        return 2;
+      }
+    }
     else if (a == "--interleave") interleave_pairs = std::max(0, std::atoi(value().c_str()));
     else if (a == "--moe-vs-read") moe_vs_read_rounds = std::max(1, std::atoi(value().c_str()));
     else if (a == "--isa") {
@@ -397,7 +409,7 @@ int main(int argc, char **argv) {
     } else {
       std::fprintf(stderr, "usage: engine_bench (--model IMAGE | --make DIR [--dtype f16|q8]) [--threads N] [--reps N] "
                            "[--isa avx512|avx2|scalar] [--decode-only | --prefill-only | --moe-vs-read ROUNDS] [--interleave PAIRS] "
-                           "[--load-into-memory]\n");
+                           "[--load-into-memory] [--numa off|bind:N|interleave] [--open-only]\n");
       return 2;
     }
   }
@@ -411,11 +423,16 @@ int main(int argc, char **argv) {
   model::LoadOptions lo;
   lo.image.populate = true;
   lo.load_into_memory = load_into_memory;
+  lo.numa = numa;
+  const double open_start = now_s();
   auto m = model::Model::load(model_path, lo, &err);
+  const double open_s = now_s() - open_start;
   if (!m) {
     std::fprintf(stderr, "engine_bench: %s\n", err.message.c_str());
     return 1;
   }
+  std::printf("open: %.3f s; placement: %s\n", open_s, m->numa_report().c_str());
+  if (open_only) return 0;
   runtime::SessionOptions so;
   so.context_length = 1024;
   so.max_batch_tokens = 512;

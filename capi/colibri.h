@@ -217,13 +217,20 @@ COLIBRI_API const char *colibri_dtype_name(uint32_t dtype);
 #define COLIBRI_PIN_ON 2
 
 /* NUMA placement (libnuma.so.1, loaded at run time if installed: the library does not link
- * it). On a single-node machine, or where libnuma is missing, OFF, INTERLEAVE and BIND to node
- * 0 are accepted and do nothing (colibri_model_info.numa_report says what happened and why);
- * BIND to a node that does not exist is an INVALID_ARGUMENT error naming the reason. */
+ * it). BIND and INTERLEAVE copy the weights into anonymous memory whose policy is set before
+ * the copy fills it (as load_into_memory does): the pages of a file mapping are the page cache,
+ * which no policy places. Every node used is one the process may use: a process started under
+ * `numactl --cpunodebind=A --membind=B` (or in a cpuset) keeps its threads on A and its memory
+ * on B, and a policy outside them is an INVALID_ARGUMENT error naming both. Where libnuma is
+ * missing or the kernel lacks NUMA, OFF, INTERLEAVE and BIND to node 0 are accepted and place
+ * nothing. colibri_model_info.numa_report says what was done and where the weight pages are,
+ * measured. BIND to a node that does not exist is an INVALID_ARGUMENT error naming the reason;
+ * to a node without room for the weights, OUT_OF_MEMORY. */
 #define COLIBRI_NUMA_DEFAULT 0    /* model options: OFF; session options: the model's */
 #define COLIBRI_NUMA_OFF 1
-#define COLIBRI_NUMA_BIND 2       /* weights (model) / worker threads (session) on numa_node */
-#define COLIBRI_NUMA_INTERLEAVE 3 /* weight pages interleaved over all nodes; threads free */
+#define COLIBRI_NUMA_BIND 2       /* weights (model) / threads (session) on numa_node */
+#define COLIBRI_NUMA_INTERLEAVE 3 /* weight pages interleaved over the nodes the process may
+                                     use; threads where they are */
 
 /* The widest CPU instruction set a session's kernels may use (colibri_session_options.max_isa).
  * The kernels of one level give the same bits on every CPU that has it, but two levels differ
@@ -271,12 +278,13 @@ typedef struct colibri_model_options {
                                  0 (default) = every CPU this process may run on */
   uint32_t pin_threads;       /* COLIBRI_PIN_*: default for sessions. Default OFF */
   uint32_t non_finite_policy; /* COLIBRI_NON_FINITE_*: default for sessions. Default ERROR */
-  uint32_t numa_policy;       /* COLIBRI_NUMA_*: placement of the weight pages (applied before
-                                 they are touched), and the default for sessions. Default OFF */
+  uint32_t numa_policy;       /* COLIBRI_NUMA_*: placement of the weight pages (BIND and
+                                 INTERLEAVE imply load_into_memory: the copy is placed before
+                                 it is filled), and the default for sessions. Default OFF */
   uint32_t numa_node;         /* the node of COLIBRI_NUMA_BIND. Default 0 */
   uint32_t warm_up;           /* 1: read every weight page once at open (page cache and TLB
-                                 warm; with a NUMA policy, this is how pages get placed).
-                                 Default 0 */
+                                 warm; places nothing: pages already cached stay where they
+                                 are). Nothing with a copy. Default 0 */
   uint32_t load_into_memory;  /* 1: copy the image into private anonymous memory advised for
                                  transparent huge pages and serve the weights from there
                                  instead of the file mapping. Decode streams the weights with
@@ -359,8 +367,13 @@ typedef struct colibri_model_info {
   uint32_t add_eos_token;
   uint32_t has_tokenizer;           /* 1: the tokenizer loaded; 0: tokenizer calls fail */
   uint32_t has_chat_template;       /* 1: the image carries a chat template */
-  const char *numa_report;          /* what the NUMA policy did: "off", "interleave over 2
-                                       nodes", "no NUMA: off", ... */
+  const char *numa_report;          /* what the NUMA policy did and where the weight pages are,
+                                       measured at open (the kernel's node of up to 1024 sampled
+                                       pages): "off (weights in the file mapping); measured:
+                                       node 0: 100% of 1024 sampled pages", "interleave: weights
+                                       copied into memory interleaved over nodes 0-1; measured:
+                                       node 0: 50%, node 1: 50% of 1024 sampled pages", or why
+                                       nothing was placed or measured */
 } colibri_model_info;
 
 /* Fills *info (set info->struct_size first). Thread-safe. Errors: INVALID_ARGUMENT. */
@@ -480,8 +493,10 @@ typedef struct colibri_session_options {
   uint32_t force_scalar;      /* 1: use the portable scalar kernels (debugging). Default 0 */
   uint64_t seed;              /* default sampling seed of this session's generations.
                                  Default 0 */
-  uint32_t numa_policy;       /* COLIBRI_NUMA_*: BIND runs the worker threads on numa_node's
-                                 CPUs. Default: the model's policy and node */
+  uint32_t numa_policy;       /* COLIBRI_NUMA_*: BIND runs the session's threads on
+                                 numa_node's CPUs (those the process may use); when the calling
+                                 thread may run elsewhere it then runs no share of the work
+                                 itself. Default: the model's policy and node */
   uint32_t numa_node;         /* the node of COLIBRI_NUMA_BIND */
   uint32_t max_isa;           /* COLIBRI_ISA_*: the widest instruction set the kernels may use.
                                  Default AUTO (an appended field: a struct_size without it is

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -190,6 +191,8 @@ int bench_command(int argc, char **argv) {
   ModelPtr model = open_model(model_flags);
   const std::string path = resolve_model_path(model_flags);
   colibri_model_info info = model_info(model.get());
+  // A NUMA policy copies the weights into placed memory (colibri.h, COLIBRI_NUMA_*).
+  const bool weights_loaded = model_flags.load_into_memory || std::strstr(info.numa_report, "copied into memory") != nullptr;
   const uint32_t kv_dtype = flags.count("kv-f16") ? COLIBRI_DTYPE_F16 : COLIBRI_DTYPE_F32;
   Bench bench(model.get(), info, kv_dtype, model_flags.max_isa);
   size_t longest = 1, longest_prompt = 1;
@@ -238,7 +241,8 @@ int bench_command(int argc, char **argv) {
                     {"layer_count", info.layer_count},
                     {"expert_count", info.expert_count},
                     {"top_k", info.top_k},
-                    {"weights", model_flags.load_into_memory ? "loaded into memory" : "file mapping"}};
+                    {"weights", weights_loaded ? "loaded into memory" : "file mapping"},
+                    {"placement", info.numa_report}};
     out["backend"] = backend;
     out["repetitions"] = repetitions;
     out["kv_dtype"] = colibri_dtype_name(kv_dtype);
@@ -284,11 +288,11 @@ int bench_command(int argc, char **argv) {
   }
 
   std::printf("model: %s (weights %s)\n  %s (%s), %llu layers, %llu experts top-%llu, %s weights; %s parameters, %s "
-              "active per token (%.2f MB of weights read per token)\n",
-              path.c_str(), model_flags.load_into_memory ? "loaded into memory" : "in the file mapping", info.family, info.architecture, static_cast<unsigned long long>(info.layer_count),
+              "active per token (%.2f MB of weights read per token)\n  placement: %s\n",
+              path.c_str(), weights_loaded ? "loaded into memory" : "in the file mapping", info.family, info.architecture, static_cast<unsigned long long>(info.layer_count),
               static_cast<unsigned long long>(info.expert_count), static_cast<unsigned long long>(info.top_k),
               colibri_dtype_name(info.weight_dtype), format_count(static_cast<double>(info.parameter_count)).c_str(),
-              format_count(static_cast<double>(info.active_parameter_count)).c_str(), static_cast<double>(info.active_weight_bytes) / 1e6);
+              format_count(static_cast<double>(info.active_parameter_count)).c_str(), static_cast<double>(info.active_weight_bytes) / 1e6, info.numa_report);
   std::printf("memory read bandwidth (STREAM-like probe, %zu MiB, %s loads, the better of a plain and a prefetching reader, "
               "median of 5 passes each):",
               probe_bytes >> 20, bandwidths.empty() ? "-" : bandwidths.front().loads.c_str());

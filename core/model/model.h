@@ -64,7 +64,12 @@ struct TokenizerInfo {
 
 struct LoadOptions {
   image::OpenOptions image;      // populate / advice / mlock / verify-on-open
-  util::NumaPolicy numa;         // placement of the weight pages (applied before they are touched)
+  // Placement of the weights. bind:N and interleave copy them into memory placed by the policy
+  // (as load_into_memory does): the pages of a file mapping are the page cache, which a policy
+  // cannot place (util/numa.h). Where NUMA is unavailable the policy places nothing.
+  util::NumaPolicy numa;
+  // The machine's NUMA facts (tests pass a simulated one); null = util::system_numa().
+  const util::NumaSystem *numa_system = nullptr;
   bool warm_up = false;          // read every weight page once at load (page cache + TLB warm)
   // Copy the image into anonymous memory with transparent huge pages instead of serving the
   // weights from the file mapping (llama.cpp's --no-mmap): decode streams them with fewer TLB
@@ -86,7 +91,10 @@ class Model {
   const WeightVector &output_norm() const { return output_norm_; }
   const WeightMatrix &output() const { return output_; }  // [vocab, hidden] (token_embd when tied)
   const std::vector<LayerWeights> &layers() const { return layers_; }
-  // What the NUMA policy did at load ("off", "interleave over 2 nodes", ...).
+  // Where the weights are, measured at load by asking the kernel for the node of 1024 sampled
+  // pages: "off (the file mapping); measured: node 0: 100% of 1024 sampled pages",
+  // "interleave: weights copied into memory interleaved over nodes 0-1; measured: node 0:
+  // 50%, node 1: 50% of 1024 sampled pages", or why nothing was placed or measured.
   const std::string &numa_report() const { return numa_report_; }
 
   uint64_t q_dim() const { return config_.head_count * config_.head_dim; }

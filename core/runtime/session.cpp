@@ -3,7 +3,6 @@
 // MoE block (routing, dispatch, experts, merge) in moe.cpp.
 #include "runtime/session.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -62,20 +61,24 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
   util::ThreadPoolOptions pool_options;
   pool_options.thread_count = options.threads;
   pool_options.pin_threads = options.pin_threads;
-  if (options.numa.mode == util::NumaPolicy::Mode::Bind) {
-    // Workers inherit the creating thread's CPU set: bind it to the node while they start,
-    // then give the caller its own CPU set back.
-    cpu_set_t saved;
-    bool have_saved = sched_getaffinity(0, sizeof saved, &saved) == 0;
-    if (Error e = util::numa_apply_to_thread(options.numa)) {
-      *error = e;
-      return nullptr;
-    }
-    s->pool_ = std::make_unique<util::ThreadPool>(pool_options);
-    if (have_saved) sched_setaffinity(0, sizeof saved, &saved);
-  } else {
-    s->pool_ = std::make_unique<util::ThreadPool>(pool_options);
+  // bind:N: the workers run on node N's CPUs (those of them the calling thread may use: an
+  // inherited affinity such as numactl --cpunodebind is kept). When the calling thread may run
+  // elsewhere too, it runs no tasks (the pool's caller_runs_tasks): every share of every task
+  // then runs on the node, whichever thread calls forward().
+  util::ThreadPlacement threads;
+  const util::NumaSystem &numa_system = options.numa_system ? *options.numa_system : util::system_numa();
+  if (Error e = util::plan_thread_placement(options.numa, numa_system, &threads)) {
+    *error = e;
+    return nullptr;
   }
+  if (!threads.cpus.empty()) {
+    pool_options.cpus = threads.cpus;
+    pool_options.caller_runs_tasks = threads.caller_inside;
+  }
+  s->pool_ = std::make_unique<util::ThreadPool>(pool_options);
+  s->thread_report_ = threads.cpus.empty()
+                          ? std::string()
+                          : threads.description + (threads.caller_inside ? "" : "; the calling thread runs no tasks");
   try {
     s->buffers_ = std::make_unique<Buffers>(model, options, s->pool_->thread_count());
     s->logits_.assign(static_cast<size_t>(options.max_logit_rows) * c.vocab_size, 0.0f);

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/kernels.h"
@@ -39,6 +40,8 @@ struct SessionOptions {
   NonFinitePolicy non_finite = NonFinitePolicy::Error;
   KvDtype kv_dtype = KvDtype::F32;   // F16 halves the cache; keys/values are rounded on write
   util::NumaPolicy numa;             // bind:N runs the pool's threads on node N's CPUs
+  // The machine's NUMA facts (tests pass a simulated one); null = util::system_numa().
+  const util::NumaSystem *numa_system = nullptr;
 };
 
 // One entry of a batch: token `token` at `position` of sequence slot `sequence`. Positions
@@ -99,6 +102,12 @@ class Session {
   const model::Model &model() const { return model_; }
   kernels::Isa isa() const { return kernels_->isa; }
   size_t thread_count() const { return pool_->thread_count(); }
+  // Where the threads run under a NUMA policy ("on node 1's CPUs 4-7; the calling thread runs
+  // no tasks"); empty when they run where the process may (no bind policy).
+  const std::string &thread_placement() const { return thread_report_; }
+  // Whether the thread that calls forward() runs a share of the tasks (false under bind:N when
+  // it may run off node N).
+  bool caller_runs_tasks() const { return pool_->caller_runs_tasks(); }
 
  private:
   Session(const model::Model &model, const SessionOptions &options);
@@ -138,6 +147,7 @@ class Session {
   SessionOptions options_;
   const kernels::KernelTable *kernels_;
   std::unique_ptr<util::ThreadPool> pool_;
+  std::string thread_report_;
   std::unique_ptr<Buffers> buffers_;
   std::vector<float> logits_;
   size_t logit_rows_ = 0;

@@ -7,6 +7,9 @@
 //   COLIBRI_DEFAULT_MODEL_IMAGE (the bundled model, built by the default target).
 #define CATCH_CONFIG_MAIN
 #include <dirent.h>
+#include <linux/mempolicy.h>
+#include <sched.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +24,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -495,6 +499,57 @@ TEST_CASE("the --isa flag caps the kernels of the sessions a command creates", "
   Npy npy = read_npy(dir + "/s.npy");
   REQUIRE(npy.values.size() == vocab);
   for (size_t i = 0; i < vocab; ++i) CHECK(std::fabs(npy.values[i] - expected[(ids.size() - 1) * vocab + i]) < 1e-4);
+}
+
+// What `numactl --physcpubind=C --membind=0 colibri ...` does, without numactl: the CPU
+// affinity and the memory policy of the thread that forks are inherited by the child and kept
+// across exec. popen runs on a thread of its own, so the test's thread keeps its own.
+Run colibri_confined(int cpu, const std::string &args) {
+  Run run{-1, "", ""};
+  bool confined = false;
+  std::thread t([&] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    unsigned long node0 = 1;
+    confined = ::sched_setaffinity(0, sizeof set, &set) == 0 &&
+               ::syscall(SYS_set_mempolicy, MPOL_BIND, &node0, 64 + 1ul) == 0;
+    if (!confined) return;
+    const std::string cmd = std::string(COLIBRI_CLI_EXE) + " " + args + " 2>&1";
+    FILE *pipe = ::popen(cmd.c_str(), "r");
+    if (!pipe) return;
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) run.out.append(buf, n);
+    const int status = ::pclose(pipe);
+    run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  });
+  t.join();
+  REQUIRE(confined);
+  return run;
+}
+
+TEST_CASE("under an inherited CPU affinity and memory policy (numactl) bench keeps its threads and weights there",
+          "[cli][bench][numa]") {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  REQUIRE(::sched_getaffinity(0, sizeof mine, &mine) == 0);
+  int cpu = 0;
+  while (!CPU_ISSET(cpu, &mine)) ++cpu;
+  const std::string bench = "bench --json -p 8 -n 4 -r 1 --probe-mib 32 ";
+  Run interleave = colibri_confined(cpu, bench + "--numa interleave");
+  INFO(interleave.out);
+  REQUIRE(interleave.exit_code == 0);
+  const json j = json::parse(interleave.out.substr(interleave.out.find('{')));
+  // One thread: the CPUs the process may use, not the machine's.
+  for (const json &r : j["results"]) CHECK(r["threads"] == 1);
+  const std::string placement = j["model"]["placement"];
+  CHECK(j["model"]["weights"] == (placement.find("copied into memory") != std::string::npos ? "loaded into memory" : "file mapping"));
+  if (placement.find("nothing placed") == std::string::npos) {
+    // Interleaved over the nodes the inherited policy allows (node 0), as the kernel reports.
+    CHECK_THAT(placement, Contains("interleaved over node 0;") && Contains("measured: node 0: 100% of "));
+  }
+  Run bind = colibri_confined(cpu, bench + "--numa bind:0");
+  CHECK(bind.exit_code == 0);
 }
 
 TEST_CASE("bench --json parses and has the table's fields", "[cli][bench]") {

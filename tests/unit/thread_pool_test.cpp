@@ -4,6 +4,8 @@
 // gives the same bits for every thread count.
 #include <catch2/catch.hpp>
 
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -256,4 +258,129 @@ TEST_CASE("construction and destruction with idle or sleeping workers", "[thread
   std::atomic<int> count{0};
   pinned_pool.parallel_for(10, [&](size_t, size_t) { count.fetch_add(1); });
   REQUIRE(count.load() == 10);
+}
+
+namespace {
+
+std::vector<int> my_cpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  return cpus;
+}
+
+// Runs `body` on a fresh thread whose affinity is `cpus` (as `numactl --cpunodebind` or
+// `taskset` would leave a process), so the test's own thread keeps its CPUs. Catch2's
+// assertions are not thread-safe: `body` only computes, the caller checks. False if the
+// affinity could not be set.
+template <class Body>
+bool on_thread_with_cpus(const std::vector<int> &cpus, Body body) {
+  bool set_ok = false;
+  std::thread t([&] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int cpu : cpus) CPU_SET(cpu, &set);
+    set_ok = sched_setaffinity(0, sizeof set, &set) == 0;
+    if (set_ok) body();
+  });
+  t.join();
+  return set_ok;
+}
+
+// Where each of `tasks` tasks ran: the CPU and whether on the calling thread. Each task spins a
+// little so that every thread gets some.
+struct TaskSites {
+  std::vector<int> cpu;
+  std::vector<bool> on_caller;
+};
+
+TaskSites run_and_record(ThreadPool &pool, size_t tasks) {
+  TaskSites sites{std::vector<int>(tasks, -1), std::vector<bool>(tasks, false)};
+  const std::thread::id caller = std::this_thread::get_id();
+  pool.parallel_for(tasks, [&](size_t task, size_t) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    sites.cpu[task] = sched_getcpu();
+    sites.on_caller[task] = std::this_thread::get_id() == caller;
+  });
+  return sites;
+}
+
+}  // namespace
+
+TEST_CASE("workers stay inside the CPUs the creating thread inherited, pinned or not", "[thread_pool][affinity]") {
+  const std::vector<int> cpus = my_cpus();
+  REQUIRE(!cpus.empty());
+  const std::vector<int> one = {cpus.back()};
+  for (bool pin : {false, true}) {
+    TaskSites sites;
+    size_t automatic_threads = 0;
+    REQUIRE(on_thread_with_cpus(one, [&] {
+      ThreadPoolOptions options = with_threads(3);
+      options.pin_threads = pin;
+      ThreadPool pool(options);
+      sites = run_and_record(pool, 64);
+      ThreadPool automatic(with_threads(0));
+      automatic_threads = automatic.thread_count();
+    }));
+    INFO("pinned " << pin);
+    for (int cpu : sites.cpu) CHECK(cpu == one[0]);
+    // thread_count 0 is the number of CPUs the creating thread may use.
+    CHECK(automatic_threads == 1);
+  }
+}
+
+TEST_CASE("a pool given CPUs runs its workers there; without the caller, every task runs on them", "[thread_pool][affinity]") {
+  const std::vector<int> cpus = my_cpus();
+  if (cpus.size() < 2) {
+    WARN("one CPU: the set of CPUs cannot differ from the caller's; not checked");
+    return;
+  }
+  const std::vector<int> node = {cpus[1]};
+  for (size_t threads : {size_t{0}, size_t{1}, size_t{2}}) {
+    ThreadPoolOptions options = with_threads(threads);
+    options.cpus = node;
+    options.caller_runs_tasks = false;
+    ThreadPool pool(options);
+    INFO("threads " << threads);
+    CHECK(pool.thread_count() == (threads == 0 ? 1 : threads));
+    CHECK_FALSE(pool.caller_runs_tasks());
+    for (size_t tasks : {size_t{1}, size_t{2}, size_t{100}}) {
+      TaskSites sites = run_and_record(pool, tasks);
+      for (size_t t = 0; t < tasks; ++t) {
+        CHECK(sites.cpu[t] == node[0]);
+        CHECK_FALSE(sites.on_caller[t]);
+      }
+    }
+  }
+  // With the caller running tasks (the default), its share runs wherever the caller is.
+  ThreadPoolOptions options = with_threads(2);
+  options.cpus = node;
+  ThreadPool pool(options);
+  CHECK(pool.caller_runs_tasks());
+  TaskSites sites = run_and_record(pool, 1);
+  CHECK(sites.on_caller[0]);
+}
+
+TEST_CASE("without the caller the pool still runs every task exactly once, with thread indices in range",
+          "[thread_pool]") {
+  for (size_t threads : {1, 2, 3, 5}) {
+    ThreadPoolOptions options = with_threads(threads);
+    options.caller_runs_tasks = false;
+    ThreadPool pool(options);
+    for (size_t tasks : {0, 1, 2, 7, 1000}) {
+      std::vector<std::atomic<int>> runs(tasks);
+      std::atomic<bool> bad_thread{false};
+      pool.parallel_for(tasks, [&](size_t task, size_t thread) {
+        runs[task].fetch_add(1);
+        if (thread >= threads) bad_thread = true;
+      });
+      for (auto &r : runs) REQUIRE(r.load() == 1);
+      CHECK_FALSE(bad_thread.load());
+    }
+  }
 }
