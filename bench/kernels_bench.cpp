@@ -280,29 +280,6 @@ int main(int argc, char **argv) {
     });
     std::printf("empty parallel_for, %zu threads: %s\n", many.thread_count(), format(s, "us").c_str());
   }
-  {
-    // The pool of a session under bind:N whose caller may run off node N: the caller runs no
-    // task (ThreadPoolOptions::caller_runs_tasks), so even a one-task call is handed over.
-    // One worker fewer, so that the threads that spin (workers and the waiting caller) are as
-    // many as the other pool's and do not outnumber the cores.
-    colibri::util::ThreadPoolOptions waiting_options = many_options;
-    waiting_options.caller_runs_tasks = false;
-    waiting_options.thread_count = many.thread_count() > 1 ? many.thread_count() - 1 : 1;
-    ThreadPool waiting(waiting_options);
-    for (ThreadPool *pool : {&many, &waiting}) {
-      for (size_t tasks : {pool->thread_count(), size_t{1}}) {
-        const Stats s = measure(opt.runs, [&] {
-          const int calls = 20000;
-          std::vector<size_t> sink(pool->thread_count());
-          const Clock::time_point start = Clock::now();
-          for (int i = 0; i < calls; ++i) pool->parallel_for(tasks, [&](size_t task, size_t) { sink[task] += task; });
-          return seconds_since(start) / calls * 1e6;
-        });
-        std::printf("parallel_for of %zu empty task%s, %zu threads, caller %s: %s\n", tasks, tasks == 1 ? "" : "s",
-                    pool->thread_count(), pool->caller_runs_tasks() ? "runs tasks" : "waits", format(s, "us").c_str());
-      }
-    }
-  }
 
   const size_t shapes[2][2] = {{2816, 1024}, {1024, 2816}};  // rows x cols
 

@@ -110,7 +110,8 @@ void add_model_flags(cxxopts::Options &options, FlagSet set) {
     options.add_options("Model")("threads", "worker threads, 1..1024 (default: every CPU this process may use)",
                                  cxxopts::value<std::string>(), "N");
   options.add_options("Model")
-      ("numa", "NUMA placement: off, bind:NODE (weights and threads on NODE) or interleave (weight pages over all nodes)",
+      ("numa", "NUMA placement: off, bind:NODE (weights and threads on NODE) or interleave (weight pages over the nodes the "
+       "process may use); both copy the weights into placed memory (docs/cli.md)",
        cxxopts::value<std::string>()->default_value("off"), "POLICY")
       ("mlock", "lock the whole image in memory (fails if RLIMIT_MEMLOCK is too small: see ulimit -l)")
       ("populate", "fault every weight page in at open (MAP_POPULATE)")

@@ -62,9 +62,8 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
   pool_options.thread_count = options.threads;
   pool_options.pin_threads = options.pin_threads;
   // bind:N: the workers run on node N's CPUs (those of them the calling thread may use: an
-  // inherited affinity such as numactl --cpunodebind is kept). When the calling thread may run
-  // elsewhere too, it runs no tasks (the pool's caller_runs_tasks): every share of every task
-  // then runs on the node, whichever thread calls forward().
+  // inherited affinity such as numactl --cpunodebind is kept), and forward() runs the calling
+  // thread there for the call (util::ScopedThreadCpus): the pool runs a share of every task on it.
   util::ThreadPlacement threads;
   const util::NumaSystem &numa_system = options.numa_system ? *options.numa_system : util::system_numa();
   if (Error e = util::plan_thread_placement(options.numa, numa_system, &threads)) {
@@ -73,12 +72,11 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
   }
   if (!threads.cpus.empty()) {
     pool_options.cpus = threads.cpus;
-    pool_options.caller_runs_tasks = threads.caller_inside;
+    s->bound_cpus_ = util::cpu_set_of(threads.cpus);
+    s->bound_ = true;
   }
   s->pool_ = std::make_unique<util::ThreadPool>(pool_options);
-  s->thread_report_ = threads.cpus.empty()
-                          ? std::string()
-                          : threads.description + (threads.caller_inside ? "" : "; the calling thread runs no tasks");
+  s->thread_report_ = threads.description;
   try {
     s->buffers_ = std::make_unique<Buffers>(model, options, s->pool_->thread_count());
     s->logits_.assign(static_cast<size_t>(options.max_logit_rows) * c.vocab_size, 0.0f);
@@ -150,6 +148,7 @@ Error Session::check_batch(const BatchEntry *entries, size_t count) const {
 
 Error Session::forward(const BatchEntry *entries, size_t count) {
   if (Error e = check_batch(entries, count)) return e;
+  const util::ScopedThreadCpus on_node(bound_ ? &bound_cpus_ : nullptr);  // bind:N: the caller's share on node N
   const model::ModelConfig &c = model_.config();
   Buffers &b = *buffers_;
   const size_t H = c.hidden_size;
@@ -311,6 +310,7 @@ Error Session::moe_layer(uint32_t layer, const float *hidden, size_t count, cons
   }
   float *input = buffers_->xn.data();
   std::memcpy(input, hidden, count * c.hidden_size * sizeof(float));
+  const util::ScopedThreadCpus on_node(bound_ ? &bound_cpus_ : nullptr);  // bind:N: the caller's share on node N
   return ffn(layer, count, routes, input, out);
 }
 

@@ -102,12 +102,10 @@ class Session {
   const model::Model &model() const { return model_; }
   kernels::Isa isa() const { return kernels_->isa; }
   size_t thread_count() const { return pool_->thread_count(); }
-  // Where the threads run under a NUMA policy ("on node 1's CPUs 4-7; the calling thread runs
-  // no tasks"); empty when they run where the process may (no bind policy).
+  // Where the threads run under a NUMA policy ("on node 1's CPUs 4-7": the workers, and the
+  // thread that calls forward() or moe_layer() for the call); empty when they run where the
+  // process may (no bind policy).
   const std::string &thread_placement() const { return thread_report_; }
-  // Whether the thread that calls forward() runs a share of the tasks (false under bind:N when
-  // it may run off node N).
-  bool caller_runs_tasks() const { return pool_->caller_runs_tasks(); }
 
  private:
   Session(const model::Model &model, const SessionOptions &options);
@@ -148,6 +146,8 @@ class Session {
   const kernels::KernelTable *kernels_;
   std::unique_ptr<util::ThreadPool> pool_;
   std::string thread_report_;
+  bool bound_ = false;     // bind:N: bound_cpus_ are node N's CPUs the process may use
+  cpu_set_t bound_cpus_{};
   std::unique_ptr<Buffers> buffers_;
   std::vector<float> logits_;
   size_t logit_rows_ = 0;

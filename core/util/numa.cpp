@@ -410,10 +410,33 @@ Error plan_thread_placement(const NumaPolicy &policy, const NumaSystem &system, 
                                 "on (%s: its affinity, e.g. numactl --cpunodebind or taskset); bind to a node whose CPUs "
                                 "it may use, or start it with other settings",
                                 node, node, format_id_list(node_cpus).c_str(), format_id_list(mine).c_str()));
-  out->caller_inside = std::includes(cpus.begin(), cpus.end(), mine.begin(), mine.end());
   out->description = strprintf("on node %d's %s %s", node, plural(cpus.size(), "CPU").c_str(), format_id_list(cpus).c_str());
   out->cpus = std::move(cpus);
   return {};
+}
+
+cpu_set_t cpu_set_of(const std::vector<int> &cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu : cpus)
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &set);
+  return set;
+}
+
+ScopedThreadCpus::ScopedThreadCpus(const cpu_set_t *cpus) {
+  CPU_ZERO(&saved_);
+  if (cpus == nullptr || sched_getaffinity(0, sizeof saved_, &saved_) != 0) return;
+  cpu_set_t outside;
+  CPU_ZERO(&outside);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &saved_) && !CPU_ISSET(cpu, cpus)) CPU_SET(cpu, &outside);
+  if (CPU_COUNT(&outside) == 0) return;  // already confined to them
+  // Advisory: a refusal (a cpuset changed meanwhile) leaves the thread where it is.
+  moved_ = sched_setaffinity(0, sizeof *cpus, cpus) == 0;
+}
+
+ScopedThreadCpus::~ScopedThreadCpus() {
+  if (moved_) sched_setaffinity(0, sizeof saved_, &saved_);
 }
 
 }  // namespace colibri::util

@@ -76,20 +76,17 @@ constexpr uint32_t kPauseSpinMicroseconds = 20;
 }  // namespace
 
 ThreadPool::ThreadPool(const ThreadPoolOptions &options)
-    : caller_runs_tasks_(options.caller_runs_tasks),
-      first_worker_(options.caller_runs_tasks ? 1 : 0),
-      spin_microseconds_(options.spin_microseconds),
-      cpus_(options.cpus.empty() ? allowed_cpus() : options.cpus) {
+    : spin_microseconds_(options.spin_microseconds), cpus_(options.cpus.empty() ? allowed_cpus() : options.cpus) {
   thread_count_ = options.thread_count == 0 ? cpus_.size() : options.thread_count;
   if (thread_count_ == 0) thread_count_ = 1;
   cursors_ = std::make_unique<Cursor[]>(thread_count_);
-  workers_.reserve(thread_count_ - first_worker_);
-  worker_ids_.reserve(thread_count_ - first_worker_);
-  for (size_t thread = first_worker_; thread < thread_count_; ++thread) {
+  workers_.reserve(thread_count_ - 1);
+  worker_ids_.reserve(thread_count_ - 1);
+  for (size_t thread = 1; thread < thread_count_; ++thread) {
     workers_.emplace_back([this, thread] { worker_main(thread); });
     worker_ids_.push_back(workers_.back().get_id());
-    // A worker may run its first instructions before this; it takes no task before the first
-    // call, which comes after the constructor has returned.
+    // A worker may run its first instructions elsewhere before this; it takes no task before
+    // the first call, which comes after the constructor has returned.
     if (options.pin_threads) pin_to_cpu(workers_.back().native_handle(), cpus_[thread % cpus_.size()]);
     else if (!options.cpus.empty()) run_on_cpus(workers_.back().native_handle(), cpus_);
   }
@@ -170,7 +167,7 @@ void ThreadPool::run(size_t task_count, TaskFn fn, void *context) {
     std::fprintf(stderr, "colibri: ThreadPool::parallel_for with %zu tasks (the limit is 2^32 - 1)\n", task_count);
     std::abort();
   }
-  if (caller_runs_tasks_ && (task_count == 1 || workers_.empty())) {
+  if (task_count == 1 || workers_.empty()) {
     // Run here, as thread 0. Publishing a single task would cost a handshake, and the static
     // partition puts it in a worker's range: the worker would pull the task's inputs into its
     // core's caches and the caller would pull the outputs back. A task's exception leaves
@@ -203,7 +200,7 @@ void ThreadPool::run(size_t task_count, TaskFn fn, void *context) {
     { std::lock_guard<std::mutex> lock(wake_mutex_); }
     wake_.notify_all();
   }
-  if (caller_runs_tasks_) participate(generation, 0);
+  participate(generation, 0);
   // Wait for tasks other threads have claimed and are still running. Normally they end
   // within microseconds; if not, their thread is probably descheduled (more threads than
   // free cores), and yielding our core lets it finish.

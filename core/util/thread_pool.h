@@ -6,9 +6,8 @@
 // finished its range then takes unclaimed tasks from the others' ranges, one at a time. So
 // a worker that the OS has descheduled (another process on its core) or that has not woken
 // up yet holds the call back by at most the one task it is running, not by its whole range.
-// The calling thread works too (unless the pool is made with caller_runs_tasks = false) and
-// the call returns when every task is done. A call with one task (or a pool of one thread) runs
-// on the calling thread alone, as thread 0 (with caller_runs_tasks = false: on worker 0). Because a task
+// The calling thread works too and the call returns when every task is done. A call with one
+// task (or a pool of one thread) runs on the calling thread alone, as thread 0. Because a task
 // always runs whole, on one thread, with the inputs the caller defined, results never depend
 // on the thread count or on which thread ran which task, as long as each task writes only
 // its own outputs (ARCHITECTURE.md §5).
@@ -43,20 +42,17 @@ struct ThreadPoolOptions {
   // Threads that run tasks, the caller included. 0 = the CPUs this process may run on
   // (sched_getaffinity). 1 = no worker threads: parallel_for runs everything inline.
   size_t thread_count = 0;
-  // Pin worker i to the i-th CPU of `cpus` (default: of the CPUs this process may run on),
-  // wrapping around. The calling thread is left alone unless it calls pin_calling_thread().
+  // Pin worker i (1 <= i < thread_count) to the i-th CPU of `cpus` (default: of the CPUs this
+  // process may run on), wrapping around. The calling thread is left alone unless it calls
+  // pin_calling_thread().
   bool pin_threads = false;
   // The CPUs the workers run on (each worker's affinity, or with pin_threads the CPUs they are
-  // pinned to), e.g. one NUMA node's, ascending and a subset of the CPUs the creating thread may
-  // run on (the caller's to check: NUMA placement does). Empty: the creating thread's CPUs, which
-  // workers inherit (a process started under numactl or taskset keeps its threads there).
-  // thread_count 0 then means one thread per CPU of the set.
+  // pinned to), e.g. one NUMA node's: ascending, and a subset of the CPUs the creating thread may
+  // run on (the caller's to check; NUMA placement does). The calling thread is not moved: it
+  // runs its share where it is (the session moves it for the call, util/numa.h). Empty: the
+  // creating thread's CPUs, which workers inherit (a process started under numactl or taskset
+  // keeps its threads there). thread_count 0 means one thread per CPU of the set.
   std::vector<int> cpus;
-  // Whether the calling thread runs tasks, as thread 0. false: thread_count workers (threads 0
-  // .. thread_count - 1) run every task and the caller only waits: for a pool bound to CPUs
-  // that the calling thread may not be on (a NUMA node), so that no share of a task runs off
-  // the node. Costs a hand-over for the one-task calls that otherwise run inline.
-  bool caller_runs_tasks = true;
   // How long an idle worker polls for the next call before blocking (microseconds).
   // Larger: lower latency between back-to-back calls; smaller: less CPU burnt when idle.
   uint32_t spin_microseconds = 1000;
@@ -69,10 +65,8 @@ class ThreadPool {
   ThreadPool(const ThreadPool &) = delete;
   ThreadPool &operator=(const ThreadPool &) = delete;
 
-  // Threads that run tasks, the caller included when it runs tasks (>= 1).
+  // Threads that run tasks, the caller included (>= 1).
   size_t thread_count() const { return thread_count_; }
-  // Whether the calling thread runs tasks (ThreadPoolOptions::caller_runs_tasks).
-  bool caller_runs_tasks() const { return caller_runs_tasks_; }
 
   // Runs fn(task, thread) for every task in [0, task_count) and returns when all are done.
   // `thread` is in [0, thread_count()), 0 being the caller; no two tasks with the same
@@ -116,8 +110,6 @@ class ThreadPool {
   bool called_from_inside() const;
 
   size_t thread_count_ = 1;
-  bool caller_runs_tasks_ = true;
-  size_t first_worker_ = 1;  // thread index of workers_[0]: 1, or 0 when the caller runs no tasks
   uint32_t spin_microseconds_ = 0;
   std::vector<int> cpus_;  // CPUs the workers run on (ThreadPoolOptions::cpus or the creator's), in order
   std::vector<std::thread> workers_;

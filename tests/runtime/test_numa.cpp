@@ -5,8 +5,8 @@
 // sampled pages: "node 0: 100% of 1024 sampled pages". A simulated machine with several nodes
 // (FakeNuma, passed through LoadOptions / SessionOptions) checks the decisions: which nodes a
 // policy uses, that an inherited memory policy or CPU affinity (numactl) narrows them and is
-// never overridden, the measured report, and that under bind:N no share of a task runs on the
-// calling thread when that thread may run off node N.
+// never overridden, the measured report, and that under bind:N the calling thread, which runs a
+// share of every task, is on node N for the call.
 #include <catch2/catch.hpp>
 #include <linux/mempolicy.h>
 #include <sched.h>
@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -102,7 +103,7 @@ std::string measured(const util::NumaSystem &system, const model::Model &m) {
       util::measure_page_placement(system, m.image().bytes() + begin, m.image().file_size() - begin));
 }
 
-std::vector<float> logits_of(const model::Model &m, const runtime::SessionOptions &options_in, bool *caller_runs = nullptr) {
+std::vector<float> logits_of(const model::Model &m, const runtime::SessionOptions &options_in) {
   runtime::SessionOptions so = options_in;
   so.context_length = 16;
   so.max_batch_tokens = 8;
@@ -110,7 +111,6 @@ std::vector<float> logits_of(const model::Model &m, const runtime::SessionOption
   auto s = runtime::Session::create(m, so, &e);
   INFO(e.message);
   REQUIRE(s);
-  if (caller_runs) *caller_runs = s->caller_runs_tasks();
   std::vector<runtime::BatchEntry> batch = {{0, 0, 1, 0}, {0, 1, 5, 0}, {0, 2, 9, 1}};
   REQUIRE(s->forward(batch.data(), batch.size()).ok());
   const float *l = s->logits(0);
@@ -312,7 +312,28 @@ TEST_CASE("an inherited memory policy on a simulated machine narrows interleave 
   CHECK(model::Model::load(path, lo, &e));
 }
 
-TEST_CASE("bind:N runs the session's threads on node N, the caller running no share unless it is confined there",
+namespace {
+
+// The expert hook runs on the thread that called forward(), in the middle of the pass: where
+// that thread is then, and whether all its CPUs were among `node`.
+struct CallerSite {
+  const std::vector<int> *node = nullptr;
+  int calls = 0;
+  bool always_inside = true;
+  static int32_t hook(void *user, uint32_t, uint32_t, const float *rows_in, size_t rows, size_t hidden, float *rows_out) {
+    auto *self = static_cast<CallerSite *>(user);
+    ++self->calls;
+    for (int cpu : util::calling_thread_cpus())
+      if (!std::binary_search(self->node->begin(), self->node->end(), cpu)) self->always_inside = false;
+    if (!std::binary_search(self->node->begin(), self->node->end(), sched_getcpu())) self->always_inside = false;
+    std::memcpy(rows_out, rows_in, rows * hidden * sizeof(float));
+    return 0;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("bind:N runs the session's workers on node N, and the calling thread there for the call",
           "[numa][fake][threads]") {
   const std::vector<int> cpus = util::calling_thread_cpus();
   if (cpus.size() < 2) {
@@ -324,7 +345,8 @@ TEST_CASE("bind:N runs the session's threads on node N, the caller running no sh
   auto m = model::Model::load(path, {}, &e);
   REQUIRE(m);
   FakeNuma fake;
-  fake.cpus_by_node = {{cpus[0]}, std::vector<int>(cpus.begin() + 1, cpus.end())};
+  const std::vector<int> node1(cpus.begin() + 1, cpus.end());
+  fake.cpus_by_node = {{cpus[0]}, node1};
   runtime::SessionOptions plain;
   plain.threads = 2;
   const std::vector<float> expected = logits_of(*m, plain);
@@ -332,42 +354,37 @@ TEST_CASE("bind:N runs the session's threads on node N, the caller running no sh
   runtime::SessionOptions so;
   so.numa = {NumaPolicy::Mode::Bind, 1};
   so.numa_system = &fake;
-  {
-    runtime::SessionOptions probe = so;
-    auto s = runtime::Session::create(*m, probe, &e);
-    REQUIRE(s);
-    CHECK(s->thread_count() == cpus.size() - 1);  // one thread per CPU of the node
-    CHECK_THAT(s->thread_placement(), Contains("on node 1's") && Contains("the calling thread runs no tasks"));
-  }
-  bool caller_runs = true;
-  CHECK(logits_of(*m, so, &caller_runs) == expected);  // same bits, whichever threads ran
-  CHECK_FALSE(caller_runs);
+  so.context_length = 16;
+  so.max_batch_tokens = 8;
+  CHECK(logits_of(*m, so) == expected);  // same bits, whichever threads ran
+  auto s = runtime::Session::create(*m, so, &e);
+  REQUIRE(s);
+  CHECK(s->thread_count() == node1.size());  // one thread per CPU of the node
+  CHECK_THAT(s->thread_placement(), Contains("on node 1's"));
+  CallerSite site;
+  site.node = &node1;
+  s->set_expert_hook({&CallerSite::hook, &site});
+  const std::vector<int> before = util::calling_thread_cpus();
+  std::vector<runtime::BatchEntry> batch = {{0, 0, 1, 0}, {0, 1, 5, 1}};
+  REQUIRE(s->forward(batch.data(), batch.size()).ok());
+  CHECK(site.calls > 0);
+  CHECK(site.always_inside);                          // during the call: on node 1 only
+  CHECK(util::calling_thread_cpus() == before);       // after it: its own CPUs back
 
-  // A caller confined to the node (numactl --cpunodebind=1) keeps running its share; one
-  // confined to node 0 cannot bind to node 1: its affinity is kept, not overridden.
-  bool inside_runs = false, outside_created = true;
-  std::string outside_error;
+  // A caller confined to node 0 (numactl --cpunodebind=0) cannot bind to node 1: its affinity
+  // is kept, not overridden.
+  bool refused = false;
+  std::string message;
   std::thread t([&] {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpus[1], &set);
+    cpu_set_t set = util::cpu_set_of({cpus[0]});
     if (sched_setaffinity(0, sizeof set, &set) != 0) return;
-    runtime::SessionOptions confined = so;
-    confined.context_length = 16;
     Error err;
-    auto s = runtime::Session::create(*m, confined, &err);
-    inside_runs = s && s->caller_runs_tasks();
-    CPU_ZERO(&set);
-    CPU_SET(cpus[0], &set);
-    if (sched_setaffinity(0, sizeof set, &set) != 0) return;
-    auto refused = runtime::Session::create(*m, confined, &err);
-    outside_created = refused != nullptr;
-    outside_error = err.message;
+    refused = runtime::Session::create(*m, so, &err) == nullptr;
+    message = err.message;
   });
   t.join();
-  CHECK(inside_runs);
-  CHECK_FALSE(outside_created);
-  CHECK_THAT(outside_error, Contains("bind:1") && Contains("not among the CPUs this process may run on"));
+  CHECK(refused);
+  CHECK_THAT(message, Contains("bind:1") && Contains("not among the CPUs this process may run on"));
 }
 
 TEST_CASE("bind:0 on this machine keeps the threads on node 0's CPUs that the process may use", "[numa][threads]") {
@@ -383,9 +400,9 @@ TEST_CASE("bind:0 on this machine keeps the threads on node 0's CPUs that the pr
   REQUIRE(s);
   const util::NumaSystem &real = util::system_numa();
   if (real.unavailable_reason().empty() && real.node_count() == 1) {
-    // One node: every CPU the process may use is node 0's, the caller among them.
-    CHECK(s->caller_runs_tasks());
+    // One node: every CPU the process may use is node 0's.
     CHECK(s->thread_count() == util::calling_thread_cpus().size());
+    CHECK_THAT(s->thread_placement(), Contains("on node 0's"));
   }
 }
 
