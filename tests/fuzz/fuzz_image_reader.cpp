@@ -1,13 +1,15 @@
-// tests/fuzz/fuzz_image_reader.cpp — libFuzzer target for the image reader.
-// Each input is opened twice: as given, and with its header checksum recomputed (when the
-// region sizes allow) so that mutations reach the directory and metadata validation
-// instead of stopping at the checksum. Opened images are also verified.
+// tests/fuzz/fuzz_image_reader.cpp — libFuzzer target for the image reader and the model
+// binding. Each input is opened twice: as given, and with its header checksum recomputed (when
+// the region sizes allow) so that mutations reach the directory and metadata validation
+// instead of stopping at the checksum. Opened images are also verified and bound as a model
+// (metadata → ModelConfig, tensors, header fields: what every open and `verify` run).
 #include <cstdint>
 #include <cstring>
 #include <memory>
 
 #include "image/reader.h"
 #include "image/writer.h"
+#include "model/model.h"
 
 using namespace colibri;
 
@@ -20,6 +22,8 @@ static void open_and_verify(const unsigned char *bytes, size_t size) {
   }
   (void)img->verify_all(1);
   for (const auto &t : img->tensors()) (void)img->find(t.name);
+  auto m = model::Model::from_image(std::move(img), &err);
+  if (!m && err.message.empty()) __builtin_trap();
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
