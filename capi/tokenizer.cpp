@@ -32,7 +32,11 @@ void load_tokenizer(ModelState &state) {
                                                                        "' carries no chat template; give one in "
                                                                        "colibri_chat_options.template_text");
   else
-    state.chat_template = tokenizer::ChatTemplate::parse(info.chat_template, &state.chat_template_error);
+    // A template that does not parse (or passes a ChatTemplateLimits bound) leaves the model
+    // usable: open succeeds, plain completion works, colibri_chat_render returns this error.
+    state.chat_template = tokenizer::ChatTemplate::parse(info.chat_template, tokenizer::ChatTemplateLimits{},
+                                                         "chat template of '" + state.path + "'",
+                                                         &state.chat_template_error);
   if (info.json.empty()) {
     state.tokenizer_error = make_error(ErrorKind::Unsupported, "the image '" + state.path + "' carries no tokenizer.json; "
                                                                "token ids can still be used directly");
@@ -136,8 +140,9 @@ COLIBRI_API int32_t colibri_chat_render(const colibri_model *model, const colibr
       if (!custom) return capi::fail(error);
       chat = custom.get();
     } else if (!chat) {
-      return capi::fail(COLIBRI_ERROR_UNSUPPORTED, "the model's chat template cannot be used: " +
-                                                       state.chat_template_error.message);
+      return capi::fail(COLIBRI_ERROR_UNSUPPORTED,
+                        "the model's chat template cannot be used (plain completion still works): " +
+                            state.chat_template_error.message);
     }
     std::vector<tokenizer::ChatMessage> conversation;
     conversation.reserve(message_count);

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "image/writer.h"
+#include "util/json.h"
 #include "util/strings.h"
 
 namespace colibri::image {
@@ -362,10 +363,8 @@ Error Image::validate() {
     if (!found)
       return corrupt(strprintf("gate weight offset %llu is not the start of any tensor", ull(header_.gate_weight_offset)));
   }
-  std::string_view meta = metadata_json();
-  metadata_ = nlohmann::json::parse(meta.begin(), meta.end(), nullptr, /*allow_exceptions=*/false);
-  if (metadata_.is_discarded() || !metadata_.is_object())
-    return corrupt("the metadata section is not a JSON object");
+  if (Error e = util::parse_json(metadata_json(), "the metadata section", &metadata_)) return corrupt(e.message);
+  if (!metadata_.is_object()) return corrupt("the metadata section is not a JSON object");
   return {};
 }
 

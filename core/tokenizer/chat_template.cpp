@@ -7,28 +7,44 @@
 
 #include "tokenizer/jinja_eval.h"
 #include "tokenizer/jinja_parse.h"
+#include "util/json.h"
 #include "util/strings.h"
 
 namespace colibri::tokenizer {
 
 struct ChatTemplate::Impl {
   jinja::Body body;
+  ChatTemplateLimits limits;
+  std::string name;
 };
+
+namespace {
+constexpr std::string_view kDefaultName = "chat template";
+}  // namespace
 
 ChatTemplate::ChatTemplate(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ChatTemplate::~ChatTemplate() = default;
 
 std::unique_ptr<ChatTemplate> ChatTemplate::parse(std::string_view source, Error *error) {
+  return parse(source, ChatTemplateLimits{}, kDefaultName, error);
+}
+
+std::unique_ptr<ChatTemplate> ChatTemplate::parse(std::string_view source, const ChatTemplateLimits &limits,
+                                                  std::string_view name, Error *error) {
+  const std::string label = name.empty() ? std::string(kDefaultName) : std::string(name);
   try {
     auto impl = std::make_unique<Impl>();
-    if (Error e = jinja::parse_template(source, &impl->body)) {
+    impl->limits = limits;
+    impl->name = label;
+    if (Error e = jinja::parse_template(source, limits, &impl->body)) {
+      e.message = label + ": " + e.message;
       *error = std::move(e);
       return nullptr;
     }
     *error = Error();
     return std::unique_ptr<ChatTemplate>(new ChatTemplate(std::move(impl)));
   } catch (const std::bad_alloc &) {
-    *error = make_error(ErrorKind::OutOfMemory, "chat template: out of memory while parsing");
+    *error = make_error(ErrorKind::OutOfMemory, label + ": out of memory while parsing");
   }
   return nullptr;
 }
@@ -85,18 +101,17 @@ Error ChatTemplate::render(const std::vector<ChatMessage> &messages, bool add_ge
     if (!bos_token.empty()) globals.emplace_back("bos_token", Value::from_string(std::string(bos_token)));
     if (!eos_token.empty()) globals.emplace_back("eos_token", Value::from_string(std::string(eos_token)));
     for (const ChatVariable &variable : extra_variables) {
-      const nlohmann::json parsed = nlohmann::json::parse(variable.json_value, nullptr, /*allow_exceptions=*/false);
-      if (parsed.is_discarded()) {
-        return make_error(ErrorKind::InvalidArgument,
-                          util::strprintf("chat template: variable \"%s\" is not valid JSON: %s", variable.name.c_str(),
-                                          variable.json_value.c_str()));
-      }
+      // Values nest no deeper than the renderer allows (from_json recurses once per level).
+      nlohmann::json parsed;
+      const std::string what = impl_->name + ": variable \"" + variable.name + "\"";
+      if (Error e = util::parse_json(variable.json_value, what, &parsed, impl_->limits.max_nesting_depth))
+        return make_error(ErrorKind::InvalidArgument, e.message);
       globals.emplace_back(variable.name, from_json(parsed));
     }
-    return jinja::render(impl_->body, globals, out);
+    return jinja::render(impl_->body, globals, impl_->limits, impl_->name, out);
   } catch (const std::bad_alloc &) {
     out->clear();
-    return make_error(ErrorKind::OutOfMemory, "chat template: out of memory while rendering");
+    return make_error(ErrorKind::OutOfMemory, impl_->name + ": out of memory while rendering");
   }
 }
 

@@ -29,9 +29,20 @@
 // print as lists ("[1, 2]" not "(1, 2)"); upper/lower/title use single-code-point case
 // mappings ("ß".upper() stays "ß"); repr() of a string escapes only C0 controls and DEL.
 //
+// Limits (ChatTemplateLimits below): a template is untrusted input (it comes with the image),
+// so parsing and rendering are bounded. The parser refuses nesting deeper than
+// max_nesting_depth (brackets, operators and {% if %}/{% for %}/{% set %} blocks) instead of
+// recursing without end; a render stops at the first exceeded budget (output bytes, the size
+// of one value, all bytes processed, loop iterations, evaluation steps) with ErrorKind::Unsupported
+// and a message naming the template, the line and the limit ("... exceeds the limit of N
+// (ChatTemplateLimits::max_output_bytes)"). The defaults are far above what the supported
+// families' templates need (tests/tokenizer/test_chat_template.cpp measures them) and bound a
+// hostile template to about a second and a few hundred MiB.
+//
 // Thread safety: a parsed ChatTemplate is immutable; render() may run on many threads at once.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -53,11 +64,39 @@ struct ChatVariable {
   std::string json_value;
 };
 
+// The bounds on parsing and rendering one template. Every exceeded limit is an error
+// (ErrorKind::Unsupported) that names the template, the line and the limit.
+struct ChatTemplateLimits {
+  static constexpr uint64_t kDefaultMaxSourceBytes = 1ull << 20;      // real templates: 0.3-12 KB
+  static constexpr uint32_t kDefaultMaxNestingDepth = 64;            // real templates: < 10
+  static constexpr uint64_t kDefaultMaxOutputBytes = 64ull << 20;    // a long-context prompt: ~4 MB
+  static constexpr uint64_t kDefaultMaxValueBytes = 64ull << 20;
+  static constexpr uint64_t kDefaultMaxBytesProcessed = 1ull << 30;
+  static constexpr uint64_t kDefaultMaxLoopIterations = 1000000;
+  static constexpr uint64_t kDefaultMaxSteps = 10000000;
+
+  uint64_t max_source_bytes = kDefaultMaxSourceBytes;  // the template text
+  // Parser: brackets, operators and blocks inside each other. Renderer: lists and dicts
+  // inside each other (including the JSON of extra variables).
+  uint32_t max_nesting_depth = kDefaultMaxNestingDepth;
+  uint64_t max_output_bytes = kDefaultMaxOutputBytes;  // the rendered text ({% set %} blocks too)
+  uint64_t max_value_bytes = kDefaultMaxValueBytes;    // one value: a string, or a list/dict's
+                                                       // strings plus sizeof(Value) per item
+  // All bytes one render makes, copies or compares (its memory traffic: bounds time and memory).
+  uint64_t max_bytes_processed = kDefaultMaxBytesProcessed;
+  uint64_t max_loop_iterations = kDefaultMaxLoopIterations;  // all for-loop iterations of a render
+  uint64_t max_steps = kDefaultMaxSteps;  // statements and expressions evaluated + items walked
+};
+
 class ChatTemplate {
  public:
   // Parses a template. Returns null and sets *error (ErrorKind::Unsupported for a construct
-  // outside the subset, InvalidArgument for a syntax error), naming the line.
+  // outside the subset or past a limit, InvalidArgument for a syntax error), naming the line.
+  // `name` starts every message of this template's parse and render errors (default
+  // "chat template"; the C API passes "chat template of 'PATH'").
   static std::unique_ptr<ChatTemplate> parse(std::string_view source, Error *error);
+  static std::unique_ptr<ChatTemplate> parse(std::string_view source, const ChatTemplateLimits &limits,
+                                             std::string_view name, Error *error);
   ~ChatTemplate();
   ChatTemplate(const ChatTemplate &) = delete;
   ChatTemplate &operator=(const ChatTemplate &) = delete;
@@ -66,7 +105,8 @@ class ChatTemplate {
   // `add_generation_prompt`, `bos_token` and `eos_token` (left undefined when empty, as
   // transformers leaves a token the tokenizer does not have), `tools` and `documents`
   // (none), and each extra variable. A raise_exception(msg) in the template returns
-  // ErrorKind::InvalidArgument with message exactly msg; other failures name the line.
+  // ErrorKind::InvalidArgument with message exactly msg; other failures name the template and
+  // the line; an exceeded ChatTemplateLimits budget is ErrorKind::Unsupported.
   Error render(const std::vector<ChatMessage> &messages, bool add_generation_prompt, std::string_view bos_token,
                std::string_view eos_token, std::string *out) const;
   Error render(const std::vector<ChatMessage> &messages, bool add_generation_prompt, std::string_view bos_token,

@@ -6,6 +6,7 @@
 // here; the parser refuses the rest by name.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -37,6 +38,7 @@ struct Expr {
   };
   Kind kind = Kind::Literal;
   int line = 0;
+  uint32_t depth = 1;  // 1 + the deepest child's (the parser bounds it)
   Value literal;
   std::string name;
   ExprPtr a, b, c, d;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <utf8proc.h>
 
 #include "tokenizer/utf8.h"
@@ -18,6 +19,38 @@
 namespace colibri::tokenizer::jinja {
 
 namespace {
+
+// range() makes a list of at most this many integers.
+constexpr int64_t kMaxRangeItems = 100000;
+
+// Needles longer than this are searched with Boyer-Moore (linear in the worst case);
+// std::string::find is O(haystack * needle) on hostile input, which is fine when the needle is short.
+constexpr size_t kShortNeedleBytes = 32;
+
+class TextFinder {
+ public:
+  explicit TextFinder(const std::string &needle)
+      : needle_(needle), searcher_(needle.size() > kShortNeedleBytes ? std::make_unique<Searcher>(needle.begin(), needle.end()) : nullptr) {}
+  // The first occurrence at or after pos, or npos.
+  size_t find(const std::string &haystack, size_t pos) const {
+    if (!searcher_) return haystack.find(needle_, pos);
+    if (pos > haystack.size()) return std::string::npos;
+    const auto hit = (*searcher_)(haystack.begin() + static_cast<std::ptrdiff_t>(pos), haystack.end()).first;
+    return hit == haystack.end() ? std::string::npos : static_cast<size_t>(hit - haystack.begin());
+  }
+
+ private:
+  using Searcher = std::boyer_moore_searcher<std::string::const_iterator>;
+  const std::string &needle_;
+  std::unique_ptr<Searcher> searcher_;
+};
+
+// Number of code points of valid UTF-8.
+size_t code_point_count(const std::string &s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
 
 std::vector<uint32_t> code_points(const std::string &s) {
   std::vector<uint32_t> out;
@@ -74,34 +107,44 @@ std::string map_case(const std::string &s, int mode /* 0 lower, 1 upper, 2 title
   return out;
 }
 
-std::string replace_all(const std::string &s, const std::string &from, const std::string &to, int64_t count) {
-  std::string out;
+// Python str.replace. Returns false (and stops) when the result would pass max_bytes.
+bool replace_all(const std::string &s, const std::string &from, const std::string &to, int64_t count,
+                 uint64_t max_bytes, std::string *out) {
+  out->clear();
   if (from.empty()) {  // Python inserts `to` between characters
     const std::vector<uint32_t> cps = code_points(s);
     int64_t done = 0;
     for (size_t i = 0; i <= cps.size(); ++i) {
       if (count < 0 || done < count) {
-        out += to;
+        if (out->size() + to.size() > max_bytes) return false;
+        *out += to;
         ++done;
       }
-      if (i < cps.size()) utf8_append(&out, cps[i]);
+      if (i < cps.size()) utf8_append(out, cps[i]);
     }
-    return out;
+    return out->size() <= max_bytes;
   }
+  const TextFinder finder(from);
   size_t pos = 0;
   int64_t done = 0;
-  for (size_t hit = s.find(from); hit != std::string::npos && (count < 0 || done < count); hit = s.find(from, pos)) {
-    out.append(s, pos, hit - pos);
-    out += to;
+  for (size_t hit = finder.find(s, 0); hit != std::string::npos && (count < 0 || done < count);
+       hit = finder.find(s, pos)) {
+    if (out->size() + (hit - pos) + to.size() > max_bytes) return false;
+    out->append(s, pos, hit - pos);
+    *out += to;
     pos = hit + from.size();
     ++done;
   }
-  out.append(s, pos, std::string::npos);
-  return out;
+  if (out->size() + (s.size() - pos) > max_bytes) return false;
+  out->append(s, pos, std::string::npos);
+  return true;
 }
 
-std::vector<std::string> split(const std::string &s, const Value *separator, int64_t max_split) {
-  std::vector<std::string> out;
+// Python str.split. Returns false (and stops) past max_parts parts.
+bool split(const std::string &s, const Value *separator, int64_t max_split, size_t max_parts,
+           std::vector<std::string> *parts) {
+  std::vector<std::string> &out = *parts;
+  out.clear();
   if (separator == nullptr || separator->is_none()) {
     // Python str.split(): runs of whitespace, no empty strings.
     const std::vector<uint32_t> cps = code_points(s);
@@ -116,31 +159,37 @@ std::vector<std::string> split(const std::string &s, const Value *separator, int
       }
       size_t j = i;
       while (j < cps.size() && !is_python_space(cps[j])) ++j;
+      if (out.size() >= max_parts) return false;
       out.push_back(from_code_points(cps, i, j));
       ++splits;
       i = j;
     }
-    return out;
+    return true;
   }
   const std::string &sep = separator->string;
+  const TextFinder finder(sep);
   size_t pos = 0;
   int64_t splits = 0;
-  for (size_t hit = s.find(sep); hit != std::string::npos && (max_split < 0 || splits < max_split);
-       hit = s.find(sep, pos)) {
+  for (size_t hit = finder.find(s, 0); hit != std::string::npos && (max_split < 0 || splits < max_split);
+       hit = finder.find(s, pos)) {
+    if (out.size() >= max_parts) return false;
     out.push_back(s.substr(pos, hit - pos));
     pos = hit + sep.size();
     ++splits;
   }
+  if (out.size() >= max_parts) return false;
   out.push_back(s.substr(pos));
-  return out;
+  return true;
 }
 
 // Python slice indices for a sequence of `size` items.
 std::vector<size_t> slice_indices(int64_t size, const Value *start, const Value *stop, const Value *step_value) {
-  const int64_t step = step_value && !step_value->is_none() ? step_value->integer : 1;
+  // A step past the size takes one item, like any step that large; clamping keeps i += step exact.
+  const int64_t step = std::clamp<int64_t>(step_value && !step_value->is_none() ? step_value->integer : 1,
+                                           -size - 1, size + 1);
   auto clamp = [&](const Value *v, int64_t fallback) -> int64_t {
     if (v == nullptr || v->is_none()) return fallback;
-    int64_t i = v->integer;
+    int64_t i = std::clamp<int64_t>(v->integer, -size - 1, size + 1);
     if (i < 0) i += size;
     if (step > 0) return std::clamp<int64_t>(i, 0, size);
     return std::clamp<int64_t>(i, -1, size - 1);
@@ -160,19 +209,77 @@ std::vector<size_t> slice_indices(int64_t size, const Value *start, const Value 
 
 class Renderer {
  public:
-  explicit Renderer(const std::vector<std::pair<std::string, Value>> &globals) { scopes_.push_back(globals); }
+  Renderer(const std::vector<std::pair<std::string, Value>> &globals, const ChatTemplateLimits &limits)
+      : limits_(limits) {
+    scopes_.push_back(globals);
+  }
 
   Error run(const Body &body, std::string *out) {
     out_ = out;
     return exec(body);
   }
 
+  // True when the error came from raise_exception(msg): its message is exactly msg.
+  bool raised() const { return raised_; }
+
  private:
   enum class Flow { Normal, Break, Continue };
   using Scope = std::vector<std::pair<std::string, Value>>;
 
   static Error fail(int line, const std::string &message) {
-    return make_error(ErrorKind::InvalidArgument, util::strprintf("chat template: line %d: %s", line, message.c_str()));
+    return make_error(ErrorKind::InvalidArgument, util::strprintf("line %d: %s", line, message.c_str()));
+  }
+  static Error over_limit(int line, const std::string &what, uint64_t limit, const char *field) {
+    return make_error(ErrorKind::Unsupported,
+                      util::strprintf("line %d: %s exceeds the limit of %llu (ChatTemplateLimits::%s)", line,
+                                      what.c_str(), static_cast<unsigned long long>(limit), field));
+  }
+
+  // ---- budgets (ChatTemplateLimits) ----
+
+  // One statement or expression evaluated, or `items` items walked.
+  Error step(int line, uint64_t items = 1) {
+    steps_ += items;
+    if (steps_ > limits_.max_steps) return over_limit(line, "the render's evaluation steps", limits_.max_steps, "max_steps");
+    return {};
+  }
+  // Bytes made, copied or compared.
+  Error process(int line, uint64_t bytes) {
+    processed_ += bytes;
+    if (processed_ > limits_.max_bytes_processed)
+      return over_limit(line, "the bytes the render makes, copies or compares", limits_.max_bytes_processed,
+                        "max_bytes_processed");
+    return {};
+  }
+  // Before making a value of `bytes` bytes.
+  Error value_fits(int line, uint64_t bytes) const {
+    if (bytes > limits_.max_value_bytes)
+      return over_limit(line, util::strprintf("a value of %llu bytes", static_cast<unsigned long long>(bytes)),
+                        limits_.max_value_bytes, "max_value_bytes");
+    return {};
+  }
+  // Every value an expression yields.
+  Error check_value(int line, const Value &v) {
+    if (v.depth > limits_.max_nesting_depth)
+      return over_limit(line, util::strprintf("a value nested %u levels deep", v.depth), limits_.max_nesting_depth,
+                        "max_nesting_depth");
+    if (Error e = value_fits(line, v.bytes)) return e;
+    if (v.holds_namespace) return fail(line, "a namespace() cannot be put inside a list or dict");
+    if (v.is_string()) return process(line, v.bytes);
+    return {};
+  }
+  Error emit(int line, const std::string &text) {
+    if (out_->size() + text.size() > limits_.max_output_bytes)
+      return over_limit(line, "the rendered text", limits_.max_output_bytes, "max_output_bytes");
+    if (Error e = process(line, text.size())) return e;
+    *out_ += text;
+    return {};
+  }
+  // The bytes of a list of `count` items whose contents take `content_bytes`.
+  static uint64_t list_bytes(uint64_t count, uint64_t content_bytes) { return count * kItemBytes + content_bytes; }
+  static Error integer_overflow(int line) {
+    return make_error(ErrorKind::Unsupported,
+                      util::strprintf("line %d: integer overflow (integers are 64-bit in this renderer)", line));
   }
   static Error undefined_error(int line, const Value &v) {
     if (v.undefined_name.empty()) return fail(line, "a value is undefined");
@@ -205,13 +312,13 @@ class Renderer {
   }
 
   Error exec(const Stmt &stmt) {
+    if (Error e = step(stmt.line)) return e;
     switch (stmt.kind) {
-      case Stmt::Kind::Text: *out_ += stmt.text; return {};
+      case Stmt::Kind::Text: return emit(stmt.line, stmt.text);
       case Stmt::Kind::Output: {
         Value v;
         if (Error e = eval(*stmt.expr, &v)) return e;
-        *out_ += to_str(v);
-        return {};
+        return emit(stmt.line, to_str(v));
       }
       case Stmt::Kind::If:
         for (const auto &[condition, branch] : stmt.branches) {
@@ -231,6 +338,12 @@ class Renderer {
         Value target = lookup(stmt.targets[0]);
         if (!target.is_dict() || !target.is_namespace)
           return fail(stmt.line, "cannot assign attribute on non-namespace object '" + stmt.targets[0] + "'");
+        // A namespace holds no namespace (so no value can contain itself), and its attributes
+        // stay within the nesting limit like any list or dict's items.
+        if (v.is_namespace) return fail(stmt.line, "a namespace() cannot be put inside a namespace");
+        if (v.depth + 1 > limits_.max_nesting_depth)
+          return over_limit(stmt.line, util::strprintf("a value nested %u levels deep", v.depth + 1),
+                            limits_.max_nesting_depth, "max_nesting_depth");
         for (auto &[k, existing] : *target.dict) {
           if (k == stmt.set_attribute) {
             existing = std::move(v);
@@ -247,6 +360,7 @@ class Renderer {
         Error e = exec(stmt.body);
         out_ = saved;
         if (e) return e;
+        if (Error e2 = value_fits(stmt.line, captured.size())) return e2;
         assign(stmt.targets[0], Value::from_string(std::move(captured)));
         return {};
       }
@@ -256,15 +370,25 @@ class Renderer {
     return {};
   }
 
+  // The items of a sequence, copied (charged as walked and copied, refused past the value limit).
   Error iterable_items(const Value &v, int line, std::vector<Value> *items) {
     items->clear();
     switch (v.type) {
       case Value::Type::Undefined: return {};  // iterating Undefined yields nothing
-      case Value::Type::List: *items = *v.list; return {};
+      case Value::Type::List:
+        if (Error e = step(line, v.list->size())) return e;
+        if (Error e = process(line, v.bytes)) return e;
+        *items = *v.list;
+        return {};
       case Value::Type::Dict:
+        if (Error e = step(line, v.dict->size())) return e;
+        if (Error e = process(line, v.bytes)) return e;
         for (const auto &[k, item] : *v.dict) items->push_back(Value::from_string(k));
         return {};
       case Value::Type::String:
+        if (Error e = value_fits(line, list_bytes(code_point_count(v.string), v.string.size()))) return e;
+        if (Error e = step(line, v.string.size())) return e;
+        if (Error e = process(line, list_bytes(code_point_count(v.string), v.string.size()))) return e;
         for (uint32_t c : code_points(v.string)) {
           std::string s;
           utf8_append(&s, c);
@@ -311,6 +435,9 @@ class Renderer {
     }
     const auto length = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < length; ++i) {
+      if (++loop_iterations_ > limits_.max_loop_iterations)
+        return over_limit(stmt.line, "the render's for-loop iterations", limits_.max_loop_iterations,
+                          "max_loop_iterations");
       scopes_.emplace_back();
       DictItems loop = {
           {"index", Value::from_int(i + 1)},
@@ -343,6 +470,12 @@ class Renderer {
   // ---- expressions ----
 
   Error eval(const Expr &expr, Value *out) {
+    if (Error e = step(expr.line)) return e;
+    if (Error e = eval_node(expr, out)) return e;
+    return check_value(expr.line, *out);
+  }
+
+  Error eval_node(const Expr &expr, Value *out) {
     switch (expr.kind) {
       case Expr::Kind::Literal: *out = expr.literal; return {};
       case Expr::Kind::Name: *out = lookup(expr.name); return {};
@@ -384,6 +517,7 @@ class Renderer {
         }
         if (v.type == Value::Type::Int || v.type == Value::Type::Bool) {
           const int64_t i = v.type == Value::Type::Bool ? v.boolean : v.integer;
+          if (expr.name == "-" && i == INT64_MIN) return integer_overflow(expr.line);
           *out = Value::from_int(expr.name == "-" ? -i : i);
           return {};
         }
@@ -443,6 +577,7 @@ class Renderer {
                                           : Value::undefined("list index out of range, so the item");
         return {};
       }
+      if (Error e = process(line, object.string.size())) return e;
       const std::vector<uint32_t> cps = code_points(object.string);
       const auto size = static_cast<int64_t>(cps.size());
       if (index < 0) index += size;
@@ -472,6 +607,8 @@ class Renderer {
     }
     if (!parts[2].is_none() && parts[2].integer == 0) return fail(expr.line, "slice step cannot be zero");
     if (object.is_list()) {
+      if (Error e = step(expr.line, object.list->size())) return e;
+      if (Error e = process(expr.line, object.bytes)) return e;
       ListItems items;
       for (size_t i : slice_indices(static_cast<int64_t>(object.list->size()), &parts[0], &parts[1], &parts[2]))
         items.push_back((*object.list)[i]);
@@ -479,6 +616,7 @@ class Renderer {
       return {};
     }
     if (object.is_string()) {
+      if (Error e = process(expr.line, object.string.size() * sizeof(uint32_t))) return e;
       const std::vector<uint32_t> cps = code_points(object.string);
       std::string s;
       for (size_t i : slice_indices(static_cast<int64_t>(cps.size()), &parts[0], &parts[1], &parts[2]))
@@ -521,6 +659,7 @@ class Renderer {
       const std::string &fn = expr.a->name;
       if (fn == "raise_exception") {
         // transformers raises TemplateError(message): the caller gets exactly the message.
+        raised_ = true;
         return make_error(ErrorKind::InvalidArgument, args.empty() ? std::string() : to_str(args[0]));
       }
       if (fn == "range") {
@@ -531,9 +670,14 @@ class Renderer {
         else if (args.size() >= 2) start = args[0].integer, stop = args[1].integer;
         if (args.size() == 3) step = args[2].integer;
         if (args.empty() || args.size() > 3 || step == 0) return fail(expr.line, "range() takes 1 to 3 integers, step != 0");
-        if ((stop - start) / step > 100000) return fail(expr.line, "range() longer than 100000 items");
+        // The length in 128 bits: stop - start can pass int64 range.
+        const __int128 span = static_cast<__int128>(stop) - start;
+        const __int128 count = span == 0 || (span > 0) != (step > 0) ? 0 : (span + step + (step > 0 ? -1 : 1)) / step;
+        if (count > kMaxRangeItems)
+          return fail(expr.line, util::strprintf("range() longer than %lld items", static_cast<long long>(kMaxRangeItems)));
+        if (Error e = this->step(expr.line, static_cast<uint64_t>(count))) return e;
         ListItems items;
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) items.push_back(Value::from_int(i));
+        for (__int128 k = 0; k < count; ++k) items.push_back(Value::from_int(static_cast<int64_t>(start + k * step)));
         *out = Value::from_list(std::move(items));
         return {};
       }
@@ -575,9 +719,12 @@ class Renderer {
         const Value *max_split = argument(args, kwargs, 1, "maxsplit");
         if (a0 && !a0->is_none() && (!a0->is_string() || a0->string.empty()))
           return fail(line, "split() separator must be a non-empty string or None");
+        if (Error e = step(line, s.size())) return e;
+        std::vector<std::string> pieces;
+        if (!split(s, a0, max_split ? max_split->integer : -1, limits_.max_value_bytes / kItemBytes, &pieces))
+          return over_limit(line, "split()'s list of parts", limits_.max_value_bytes, "max_value_bytes");
         ListItems parts;
-        for (std::string &part : split(s, a0, max_split ? max_split->integer : -1))
-          parts.push_back(Value::from_string(std::move(part)));
+        for (std::string &part : pieces) parts.push_back(Value::from_string(std::move(part)));
         *out = Value::from_list(std::move(parts));
       } else if (method == "startswith" || method == "endswith") {
         const Value *what = argument(args, kwargs, 0, "prefix");
@@ -587,6 +734,7 @@ class Renderer {
           for (const Value &v : *what->list) candidates.push_back(v.string);
         else return fail(line, method + "() needs a string or a tuple of strings");
         bool result = false;
+        if (Error e = step(line, candidates.size())) return e;
         for (const std::string &c : candidates) {
           if (c.size() > s.size()) continue;
           result = result || (method == "startswith" ? s.compare(0, c.size(), c) == 0
@@ -598,7 +746,10 @@ class Renderer {
         const Value *to = argument(args, kwargs, 1, "new");
         const Value *count = argument(args, kwargs, 2, "count");
         if (!from || !to || !from->is_string() || !to->is_string()) return fail(line, "replace() needs two strings");
-        *out = Value::from_string(replace_all(s, from->string, to->string, count ? count->integer : -1));
+        std::string replaced;
+        if (!replace_all(s, from->string, to->string, count ? count->integer : -1, limits_.max_value_bytes, &replaced))
+          return over_limit(line, "replace()'s result", limits_.max_value_bytes, "max_value_bytes");
+        *out = Value::from_string(std::move(replaced));
       } else {
         return no_method();
       }
@@ -606,6 +757,9 @@ class Renderer {
     }
     if (object.is_dict()) {
       if (method == "items" || method == "keys" || method == "values") {
+        if (Error e = step(line, object.dict->size())) return e;
+        if (Error e = value_fits(line, object.bytes + object.dict->size() * 3 * kItemBytes)) return e;
+        if (Error e = process(line, object.bytes)) return e;
         ListItems items;
         for (const auto &[k, v] : *object.dict) {
           if (method == "items") items.push_back(Value::from_list({Value::from_string(k), v}));
@@ -656,9 +810,12 @@ class Renderer {
       const Value *indent = argument(args, kwargs, 0, "indent");
       const Value *sort_keys = argument(args, kwargs, 3, "sort_keys");
       std::string json;
-      if (!to_json(v, indent && indent->type == Value::Type::Int ? static_cast<int>(indent->integer) : -1,
-                   sort_keys && truthy(*sort_keys), &json))
+      bool too_large = false;
+      if (!to_json(v, indent && indent->type == Value::Type::Int ? indent->integer : -1, sort_keys && truthy(*sort_keys),
+                   limits_.max_value_bytes, &json, &too_large)) {
+        if (too_large) return over_limit(expr.line, "tojson's text", limits_.max_value_bytes, "max_value_bytes");
         return fail(expr.line, std::string("tojson: object of type ") + type_name(v) + " is not JSON serializable");
+      }
       *out = Value::from_string(std::move(json));
     } else if (f == "first" || f == "last") {
       std::vector<Value> items;
@@ -670,9 +827,13 @@ class Renderer {
       std::vector<Value> items;
       if (Error e = iterable_items(v, expr.line, &items)) return e;
       std::string joined;
+      const std::string glue = separator ? to_str(*separator) : std::string();
       for (size_t i = 0; i < items.size(); ++i) {
-        if (i && separator) joined += to_str(*separator);
-        joined += to_str(items[i]);
+        const std::string piece = to_str(items[i]);
+        if (joined.size() + glue.size() + piece.size() > limits_.max_value_bytes)
+          return over_limit(expr.line, "join's result", limits_.max_value_bytes, "max_value_bytes");
+        if (i) joined += glue;
+        joined += piece;
       }
       *out = Value::from_string(std::move(joined));
     } else if (f == "list") {
@@ -691,6 +852,11 @@ class Renderer {
         *out = Value::from_list(std::move(items));
       }
     } else if (f == "items") {
+      if (v.is_dict()) {
+        if (Error e = step(expr.line, v.dict->size())) return e;
+        if (Error e = value_fits(expr.line, v.bytes + v.dict->size() * 3 * kItemBytes)) return e;
+        if (Error e = process(expr.line, v.bytes)) return e;
+      }
       ListItems items;
       if (v.is_dict())
         for (const auto &[k, item] : *v.dict) items.push_back(Value::from_list({Value::from_string(k), item}));
@@ -710,16 +876,26 @@ class Renderer {
         ok = !text.empty() && end == text.c_str() + text.size();
       } else ok = false;
       if (!ok) *out = fallback ? *fallback : (f == "int" ? Value::from_int(0) : Value::from_float(0.0));
-      else if (f == "int") *out = v.type == Value::Type::Int ? v : Value::from_int(static_cast<int64_t>(number));
+      else if (f == "int") {
+        if (v.type == Value::Type::Int) *out = v;
+        // 2^63 is exact in a double; anything outside [-2^63, 2^63) (or NaN) has no int64.
+        else if (!(number >= -9223372036854775808.0 && number < 9223372036854775808.0)) return integer_overflow(expr.line);
+        else *out = Value::from_int(static_cast<int64_t>(number));
+      }
       else *out = Value::from_float(number);
     } else if (f == "replace") {
       const Value *from = argument(args, kwargs, 0, "old");
       const Value *to = argument(args, kwargs, 1, "new");
       const Value *count = argument(args, kwargs, 2, "count");
       if (!from || !to) return fail(expr.line, "replace needs two arguments");
-      *out = Value::from_string(replace_all(to_str(v), to_str(*from), to_str(*to), count && !count->is_none() ? count->integer : -1));
+      std::string replaced;
+      if (!replace_all(to_str(v), to_str(*from), to_str(*to), count && !count->is_none() ? count->integer : -1,
+                       limits_.max_value_bytes, &replaced))
+        return over_limit(expr.line, "replace's result", limits_.max_value_bytes, "max_value_bytes");
+      *out = Value::from_string(std::move(replaced));
     } else if (f == "abs") {
       if (v.type == Value::Type::Float) *out = Value::from_float(std::fabs(v.real));
+      else if (v.type == Value::Type::Int && v.integer == INT64_MIN) return integer_overflow(expr.line);
       else if (v.type == Value::Type::Int) *out = Value::from_int(v.integer < 0 ? -v.integer : v.integer);
       else return fail(expr.line, std::string("bad operand type for abs(): '") + type_name(v) + "'");
     } else {
@@ -788,6 +964,7 @@ class Renderer {
     }
     Value b;
     if (Error e = eval(*expr.b, &b)) return e;
+    if (Error e = process(expr.line, std::min(a.bytes, b.bytes))) return e;  // what a comparison may walk
     if (op == "==" || op == "!=") {
       *out = Value::from_bool(equal(a, b) == (op == "=="));
       return {};
@@ -796,8 +973,11 @@ class Renderer {
       bool found = false;
       if (b.is_string()) {
         if (!a.is_string()) return fail(expr.line, "'in <string>' requires string as left operand");
-        found = b.string.find(a.string) != std::string::npos;
+        if (Error e = process(expr.line, b.string.size())) return e;
+        found = TextFinder(a.string).find(b.string, 0) != std::string::npos;
       } else if (b.is_list()) {
+        if (Error e = step(expr.line, b.list->size())) return e;
+        if (Error e = process(expr.line, b.bytes)) return e;
         for (const Value &item : *b.list) found = found || equal(a, item);
       } else if (b.is_dict()) {
         found = a.is_string() && b.find(a.string) != nullptr;
@@ -808,6 +988,7 @@ class Renderer {
       return {};
     }
     if (op == "~") {
+      if (Error e = value_fits(expr.line, a.bytes + b.bytes)) return e;
       *out = Value::from_string(to_str(a) + to_str(b));
       return {};
     }
@@ -827,8 +1008,14 @@ class Renderer {
       return {};
     }
     if (op == "+") {
+      if ((a.is_string() && b.is_string()) || (a.is_list() && b.is_list())) {
+        if (Error e = value_fits(expr.line, a.bytes + b.bytes)) return e;
+        if (Error e = process(expr.line, a.bytes + b.bytes)) return e;
+      }
+      int64_t sum = 0;
       if (a.is_string() && b.is_string()) *out = Value::from_string(a.string + b.string);
       else if (a.is_list() && b.is_list()) {
+        if (Error e = step(expr.line, a.list->size() + b.list->size())) return e;
         ListItems items = *a.list;
         items.insert(items.end(), b.list->begin(), b.list->end());
         *out = Value::from_list(std::move(items));
@@ -838,12 +1025,25 @@ class Renderer {
         return type_error();
       } else if (a.type == Value::Type::Float || b.type == Value::Type::Float) {
         *out = Value::from_float(as_double(a) + as_double(b));
+      } else if (__builtin_add_overflow(as_int(a), as_int(b), &sum)) {
+        return integer_overflow(expr.line);
       } else {
-        *out = Value::from_int(as_int(a) + as_int(b));
+        *out = Value::from_int(sum);
       }
       return {};
     }
     if (op == "*" && ((a.is_string() || a.is_list()) && b.type == Value::Type::Int)) {
+      // The size is known before anything is made: 'x' * 100000000000 is refused at once.
+      const uint64_t times = b.integer > 0 ? static_cast<uint64_t>(b.integer) : 0;
+      if (times > 0 && a.bytes > limits_.max_value_bytes / times)
+        return over_limit(expr.line, util::strprintf("a value of %llu x %llu bytes", static_cast<unsigned long long>(a.bytes),
+                                                     static_cast<unsigned long long>(times)),
+                          limits_.max_value_bytes, "max_value_bytes");
+      if (a.is_list() && !a.list->empty() && times > limits_.max_value_bytes / kItemBytes)
+        return over_limit(expr.line, "a list of that many items", limits_.max_value_bytes, "max_value_bytes");
+      if (Error e = process(expr.line, a.bytes * times)) return e;
+      if (a.is_list())
+        if (Error e = step(expr.line, a.list->size() * times)) return e;
       if (a.is_string()) {
         std::string s;
         for (int64_t i = 0; i < b.integer; ++i) s += a.string;
@@ -858,10 +1058,13 @@ class Renderer {
     if (op == "%" && a.is_string()) return fail(expr.line, "printf-style string formatting ('%') is not supported");
     if (!numeric(a) || !numeric(b)) return type_error();
     const bool floating = a.type == Value::Type::Float || b.type == Value::Type::Float;
+    int64_t result = 0;
     if (op == "-") {
-      *out = floating ? Value::from_float(as_double(a) - as_double(b)) : Value::from_int(as_int(a) - as_int(b));
+      if (!floating && __builtin_sub_overflow(as_int(a), as_int(b), &result)) return integer_overflow(expr.line);
+      *out = floating ? Value::from_float(as_double(a) - as_double(b)) : Value::from_int(result);
     } else if (op == "*") {
-      *out = floating ? Value::from_float(as_double(a) * as_double(b)) : Value::from_int(as_int(a) * as_int(b));
+      if (!floating && __builtin_mul_overflow(as_int(a), as_int(b), &result)) return integer_overflow(expr.line);
+      *out = floating ? Value::from_float(as_double(a) * as_double(b)) : Value::from_int(result);
     } else if (op == "/") {
       if (as_double(b) == 0.0) return fail(expr.line, "division by zero");
       *out = Value::from_float(as_double(a) / as_double(b));
@@ -872,6 +1075,7 @@ class Renderer {
         *out = Value::from_float(op == "//" ? q : as_double(a) - q * as_double(b));
       } else {
         const int64_t x = as_int(a), y = as_int(b);
+        if (x == INT64_MIN && y == -1) return integer_overflow(expr.line);
         int64_t q = x / y;
         if ((x % y != 0) && ((x < 0) != (y < 0))) --q;  // Python floors
         *out = Value::from_int(op == "//" ? q : x - q * y);
@@ -880,7 +1084,8 @@ class Renderer {
       if (!floating && as_int(b) >= 0) {
         if (as_int(b) > 62) return fail(expr.line, "'**' exponent above 62 is not supported");
         int64_t r = 1;
-        for (int64_t i = 0; i < as_int(b); ++i) r *= as_int(a);
+        for (int64_t i = 0; i < as_int(b); ++i)
+          if (__builtin_mul_overflow(r, as_int(a), &r)) return integer_overflow(expr.line);
         *out = Value::from_int(r);
       } else {
         *out = Value::from_float(std::pow(as_double(a), as_double(b)));
@@ -891,18 +1096,27 @@ class Renderer {
     return {};
   }
 
+  const ChatTemplateLimits &limits_;
   std::vector<Scope> scopes_;
   std::string *out_ = nullptr;
   Flow flow_ = Flow::Normal;
+  bool raised_ = false;
+  uint64_t steps_ = 0;
+  uint64_t processed_ = 0;
+  uint64_t loop_iterations_ = 0;
 };
 
 }  // namespace
 
-Error render(const Body &body, const std::vector<std::pair<std::string, Value>> &globals, std::string *out) {
+Error render(const Body &body, const std::vector<std::pair<std::string, Value>> &globals,
+             const ChatTemplateLimits &limits, std::string_view name, std::string *out) {
   out->clear();
-  Renderer renderer(globals);
+  Renderer renderer(globals, limits);
   Error e = renderer.run(body, out);
-  if (e) out->clear();
+  if (e) {
+    out->clear();
+    if (!renderer.raised()) e.message = std::string(name) + ": " + e.message;
+  }
   return e;
 }
 

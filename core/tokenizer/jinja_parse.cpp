@@ -22,11 +22,28 @@ namespace {
 const char *const kSupportedStatements = "if/elif/else/endif, for/else/endfor, set, set/endset, break, continue";
 
 Error syntax_error(int line, const std::string &message) {
-  return make_error(ErrorKind::InvalidArgument, util::strprintf("chat template: line %d: %s", line, message.c_str()));
+  return make_error(ErrorKind::InvalidArgument, util::strprintf("line %d: %s", line, message.c_str()));
 }
 Error unsupported(int line, const std::string &message) {
-  return make_error(ErrorKind::Unsupported, util::strprintf("chat template: line %d: %s", line, message.c_str()));
+  return make_error(ErrorKind::Unsupported, util::strprintf("line %d: %s", line, message.c_str()));
 }
+Error too_deep(int line, const char *what, uint32_t limit) {
+  return unsupported(line, util::strprintf("%s nest deeper than the limit of %u levels "
+                                           "(ChatTemplateLimits::max_nesting_depth)",
+                                           what, limit));
+}
+
+// Counts one level of nesting for as long as it lives.
+class NestingGuard {
+ public:
+  explicit NestingGuard(uint32_t *depth) : depth_(depth) { ++*depth_; }
+  ~NestingGuard() { --*depth_; }
+  NestingGuard(const NestingGuard &) = delete;
+  NestingGuard &operator=(const NestingGuard &) = delete;
+
+ private:
+  uint32_t *depth_;
+};
 
 // Python's str.isspace() for the character at text[pos] (valid UTF-8); *n its length.
 bool is_space_at(std::string_view text, size_t pos, size_t *n) {
@@ -353,7 +370,7 @@ Error lex_template(std::string_view raw, std::vector<Segment> *segments) {
 
 class ExprParser {
  public:
-  explicit ExprParser(const std::vector<Token> &tokens) : tokens_(tokens) {}
+  ExprParser(const std::vector<Token> &tokens, uint32_t max_depth) : tokens_(tokens), max_depth_(max_depth) {}
 
   const Token &peek(size_t ahead = 0) const { return tokens_[std::min(index_ + ahead, tokens_.size() - 1)]; }
   bool at_end() const { return peek().type == Token::Type::End; }
@@ -401,7 +418,32 @@ class ExprParser {
     return e;
   }
 
+  // Sets a finished node's depth from its children's and refuses it past the limit. Every
+  // node goes through here when it is complete, so the tree (which the evaluator and the
+  // destructors walk recursively) is never deeper than max_depth_, whether it was built by
+  // recursion ("((((1))))") or by the loops of left-associative operators ("1+1+1+...").
+  Error finish(Expr *node) {
+    uint32_t deepest = 0;
+    auto see = [&](const ExprPtr &child) {
+      if (child) deepest = std::max(deepest, child->depth);
+    };
+    see(node->a), see(node->b), see(node->c), see(node->d);
+    for (const ExprPtr &arg : node->args) see(arg);
+    for (const auto &kw : node->kwargs) see(kw.second);
+    for (const auto &item : node->items) see(item.first), see(item.second);
+    node->depth = deepest + 1;
+    if (node->depth > max_depth_) return too_deep(node->line, "expressions", max_depth_);
+    return {};
+  }
+  // Bounds the recursion itself (brackets that make no node, "not not not ...").
+  Error enter(int line) const {
+    if (depth_ > max_depth_) return too_deep(line, "expressions", max_depth_);
+    return {};
+  }
+
   Error conditional(ExprPtr *out) {
+    NestingGuard guard(&depth_);
+    if (Error e = enter(peek().line)) return e;
     if (Error e = parse_or(out)) return e;
     while (is_name("if")) {
       const int line = next().line;
@@ -417,6 +459,7 @@ class ExprParser {
       node->b = std::move(condition);
       node->c = std::move(otherwise);
       *out = std::move(node);
+      if (Error e = finish(out->get())) return e;
     }
     return {};
   }
@@ -428,6 +471,7 @@ class ExprParser {
       ExprPtr right;
       if (Error e = parse_and(&right)) return e;
       *out = binary("or", std::move(*out), std::move(right), line);
+      if (Error e = finish(out->get())) return e;
     }
     return {};
   }
@@ -439,19 +483,22 @@ class ExprParser {
       ExprPtr right;
       if (Error e = parse_not(&right)) return e;
       *out = binary("and", std::move(*out), std::move(right), line);
+      if (Error e = finish(out->get())) return e;
     }
     return {};
   }
 
   Error parse_not(ExprPtr *out) {
     if (is_name("not")) {
+      NestingGuard guard(&depth_);
+      if (Error e = enter(peek().line)) return e;
       const int line = next().line;
       ExprPtr operand;
       if (Error e = parse_not(&operand)) return e;
       *out = make(Expr::Kind::Unary, line);
       (*out)->name = "not";
       (*out)->a = std::move(operand);
-      return {};
+      return finish(out->get());
     }
     return compare(out);
   }
@@ -477,6 +524,7 @@ class ExprParser {
       const int line = peek().line;
       if (Error e = math1(&right)) return e;
       *out = binary(op, std::move(*out), std::move(right), line);
+      if (Error e = finish(out->get())) return e;
     }
   }
 
@@ -487,6 +535,7 @@ class ExprParser {
       ExprPtr right;
       if (Error e = concat(&right)) return e;
       *out = binary(op.text, std::move(*out), std::move(right), op.line);
+      if (Error e = finish(out->get())) return e;
     }
     return {};
   }
@@ -498,6 +547,7 @@ class ExprParser {
       ExprPtr right;
       if (Error e = math2(&right)) return e;
       *out = binary("~", std::move(*out), std::move(right), line);
+      if (Error e = finish(out->get())) return e;
     }
     return {};
   }
@@ -509,6 +559,7 @@ class ExprParser {
       ExprPtr right;
       if (Error e = power(&right)) return e;
       *out = binary(op.text, std::move(*out), std::move(right), op.line);
+      if (Error e = finish(out->get())) return e;
     }
     return {};
   }
@@ -520,18 +571,22 @@ class ExprParser {
       ExprPtr right;
       if (Error e = unary(&right, true)) return e;
       *out = binary("**", std::move(*out), std::move(right), line);
+      if (Error e = finish(out->get())) return e;
     }
     return {};
   }
 
   Error unary(ExprPtr *out, bool with_filter) {
     if (is_op("-") || is_op("+")) {
+      NestingGuard guard(&depth_);
+      if (Error e = enter(peek().line)) return e;
       const Token &op = next();
       ExprPtr operand;
       if (Error e = unary(&operand, false)) return e;
       *out = make(Expr::Kind::Unary, op.line);
       (*out)->name = op.text;
       (*out)->a = std::move(operand);
+      if (Error e = finish(out->get())) return e;
     } else if (Error e = primary(out)) {
       return e;
     }
@@ -599,7 +654,7 @@ class ExprParser {
           }
           if (Error e = expect_op(")")) return e;
           *out = std::move(first);
-          return {};
+          return finish(out->get());
         }
         if (t.text == "[") {
           next();
@@ -613,7 +668,7 @@ class ExprParser {
           }
           if (Error e = expect_op("]")) return e;
           *out = std::move(list);
-          return {};
+          return finish(out->get());
         }
         if (t.text == "{") {
           next();
@@ -629,6 +684,7 @@ class ExprParser {
           }
           if (Error e = expect_op("}")) return e;
           *out = std::move(dict);
+          if (Error e = finish(out->get())) return e;
           return {};
         }
         break;
@@ -671,6 +727,7 @@ class ExprParser {
           node->a = std::move(*out);
           node->b = std::move(index);
           *out = std::move(node);
+          if (Error e = finish(out->get())) return e;
           continue;
         }
         if (attr.type != Token::Type::Name) return syntax_error(line, "expected an attribute name after '.'");
@@ -678,6 +735,7 @@ class ExprParser {
         node->a = std::move(*out);
         node->name = attr.text;
         *out = std::move(node);
+        if (Error e = finish(out->get())) return e;
       } else if (is_op("[")) {
         const int line = next().line;
         ExprPtr parts[3];
@@ -699,6 +757,7 @@ class ExprParser {
         node->c = std::move(parts[1]);
         node->d = std::move(parts[2]);
         *out = std::move(node);
+        if (Error e = finish(out->get())) return e;
       } else if (is_op("(")) {
         const int line = peek().line;
         ExprPtr node = make(Expr::Kind::Call, line);
@@ -718,6 +777,7 @@ class ExprParser {
         node->a = std::move(*out);
         if (Error e = call_arguments(node.get())) return e;
         *out = std::move(node);
+        if (Error e = finish(out->get())) return e;
       } else {
         return {};
       }
@@ -741,6 +801,7 @@ class ExprParser {
         if (is_op("("))
           if (Error e = call_arguments(node.get())) return e;
         *out = std::move(node);
+        if (Error e = finish(out->get())) return e;
       } else if (is_name("is")) {
         const int line = next().line;
         ExprPtr node = make(Expr::Kind::Test, line);
@@ -773,6 +834,7 @@ class ExprParser {
           }
         }
         *out = std::move(node);
+        if (Error e = finish(out->get())) return e;
       } else {
         return {};
       }
@@ -781,13 +843,16 @@ class ExprParser {
 
   const std::vector<Token> &tokens_;
   size_t index_ = 0;
+  uint32_t max_depth_;
+  uint32_t depth_ = 0;  // current recursion depth of conditional() / parse_not() / unary()
 };
 
 // ---- statements ----
 
 class StatementParser {
  public:
-  explicit StatementParser(std::vector<Segment> segments) : segments_(std::move(segments)) {}
+  StatementParser(std::vector<Segment> segments, uint32_t max_depth)
+      : segments_(std::move(segments)), max_depth_(max_depth) {}
 
   Error parse(Body *out) {
     std::string terminator;
@@ -811,7 +876,7 @@ class StatementParser {
         continue;
       }
       if (segment.kind == Segment::Kind::Output) {
-        ExprParser p(segment.tokens);
+        ExprParser p(segment.tokens, max_depth_);
         auto stmt = std::make_unique<Stmt>();
         stmt->kind = Stmt::Kind::Output;
         stmt->line = segment.line;
@@ -841,7 +906,12 @@ class StatementParser {
   }
 
   Error statement(const Segment &segment, StmtPtr *out) {
-    ExprParser p(segment.tokens);
+    // Each statement that holds a body ({% if %}, {% for %}, {% set %}...{% endset %}) is one
+    // level: body() and statement() recurse once per level.
+    NestingGuard guard(&block_depth_);
+    if (block_depth_ > max_depth_)
+      return too_deep(segment.line, "blocks ({% if %}, {% for %}, {% set %})", max_depth_);
+    ExprParser p(segment.tokens, max_depth_);
     const std::string keyword = p.next().text;
     auto stmt = std::make_unique<Stmt>();
     stmt->line = segment.line;
@@ -856,7 +926,7 @@ class StatementParser {
         if (Error e = body(&branch, {"elif", "else", "endif"}, &terminator)) return e;
         stmt->branches.emplace_back(std::move(condition), std::move(branch));
         const Segment &end = segments_[index_++];
-        ExprParser q(end.tokens);
+        ExprParser q(end.tokens, max_depth_);
         q.next();
         if (terminator == "elif") {
           if (Error e = q.expression(&condition)) return e;
@@ -866,7 +936,7 @@ class StatementParser {
         if (Error e = q.expect_end()) return e;
         if (terminator == "else") {
           if (Error e = body(&stmt->else_body, {"endif"}, &terminator)) return e;
-          ExprParser r(segments_[index_++].tokens);
+          ExprParser r(segments_[index_++].tokens, max_depth_);
           r.next();
           if (Error e = r.expect_end()) return e;
         }
@@ -946,6 +1016,8 @@ class StatementParser {
 
   std::vector<Segment> segments_;
   size_t index_ = 0;
+  uint32_t max_depth_;
+  uint32_t block_depth_ = 0;
 };
 
 }  // namespace
@@ -977,12 +1049,16 @@ bool is_known_method(const std::string &name) {
   return kMethods.count(name) != 0;
 }
 
-Error parse_template(std::string_view source, Body *out) {
+Error parse_template(std::string_view source, const ChatTemplateLimits &limits, Body *out) {
   out->clear();
-  if (!utf8_is_valid(source)) return make_error(ErrorKind::InvalidArgument, "chat template: the source is not valid UTF-8");
+  if (source.size() > limits.max_source_bytes)
+    return make_error(ErrorKind::Unsupported,
+                      util::strprintf("the source is %zu bytes, over the limit of %llu (ChatTemplateLimits::max_source_bytes)",
+                                      source.size(), static_cast<unsigned long long>(limits.max_source_bytes)));
+  if (!utf8_is_valid(source)) return make_error(ErrorKind::InvalidArgument, "the source is not valid UTF-8");
   std::vector<Segment> segments;
   if (Error e = lex_template(source, &segments)) return e;
-  StatementParser parser(std::move(segments));
+  StatementParser parser(std::move(segments), limits.max_nesting_depth);
   return parser.parse(out);
 }
 

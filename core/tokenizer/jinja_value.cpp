@@ -11,6 +11,30 @@
 
 namespace colibri::tokenizer::jinja {
 
+Value Value::from_list(ListItems items) {
+  Value v = of_type(Type::List);
+  for (const Value &item : items) {
+    v.depth = std::max(v.depth, item.depth);
+    v.bytes += item.bytes + kItemBytes;
+    v.holds_namespace = v.holds_namespace || item.is_namespace || item.holds_namespace;
+  }
+  ++v.depth;
+  v.list = std::make_shared<ListItems>(std::move(items));
+  return v;
+}
+
+Value Value::from_dict(DictItems items) {
+  Value v = of_type(Type::Dict);
+  for (const auto &[key, item] : items) {
+    v.depth = std::max(v.depth, item.depth);
+    v.bytes += key.size() + item.bytes + kItemBytes;
+    v.holds_namespace = v.holds_namespace || item.is_namespace || item.holds_namespace;
+  }
+  ++v.depth;
+  v.dict = std::make_shared<DictItems>(std::move(items));
+  return v;
+}
+
 const Value *Value::find(const std::string &key) const {
   if (!dict) return nullptr;
   for (const auto &[k, v] : *dict)
@@ -153,12 +177,33 @@ void json_string(const std::string &s, std::string *out) {
   out->push_back('"');
 }
 
-bool json_value(const Value &v, int indent, bool sort_keys, int depth, std::string *out) {
-  auto newline = [&](int level) {
-    if (indent < 0) return;
+struct JsonWriter {
+  int64_t indent;
+  bool sort_keys;
+  uint64_t max_bytes;
+  std::string *out;
+  bool too_large = false;
+
+  bool newline(uint64_t level) {
+    if (indent < 0) return true;
+    // Checked before appending: indent * level spaces could be anything a template asks for.
+    const uint64_t spaces = static_cast<uint64_t>(indent) * level;
+    if (static_cast<uint64_t>(indent) > max_bytes || spaces > max_bytes || out->size() + 1 + spaces > max_bytes) {
+      too_large = true;
+      return false;
+    }
     out->push_back('\n');
-    out->append(static_cast<size_t>(indent * level), ' ');
-  };
+    out->append(static_cast<size_t>(spaces), ' ');
+    return true;
+  }
+  bool value(const Value &v, uint64_t depth);
+};
+
+bool JsonWriter::value(const Value &v, uint64_t depth) {
+  if (out->size() > max_bytes) {
+    too_large = true;
+    return false;
+  }
   const char *item_separator = indent < 0 ? ", " : ",";
   switch (v.type) {
     case Value::Type::Undefined: return false;
@@ -179,10 +224,9 @@ bool json_value(const Value &v, int indent, bool sort_keys, int depth, std::stri
       out->push_back('[');
       for (size_t i = 0; i < v.list->size(); ++i) {
         if (i) *out += item_separator;
-        newline(depth + 1);
-        if (!json_value((*v.list)[i], indent, sort_keys, depth + 1, out)) return false;
+        if (!newline(depth + 1) || !value((*v.list)[i], depth + 1)) return false;
       }
-      newline(depth);
+      if (!newline(depth)) return false;
       out->push_back(']');
       return true;
     case Value::Type::Dict: {
@@ -197,12 +241,12 @@ bool json_value(const Value &v, int indent, bool sort_keys, int depth, std::stri
       out->push_back('{');
       for (size_t i = 0; i < items.size(); ++i) {
         if (i) *out += item_separator;
-        newline(depth + 1);
+        if (!newline(depth + 1)) return false;
         json_string(items[i]->first, out);
         *out += ": ";
-        if (!json_value(items[i]->second, indent, sort_keys, depth + 1, out)) return false;
+        if (!value(items[i]->second, depth + 1)) return false;
       }
-      newline(depth);
+      if (!newline(depth)) return false;
       out->push_back('}');
       return true;
     }
@@ -250,9 +294,12 @@ std::string to_str(const Value &v) {
   }
 }
 
-bool to_json(const Value &v, int indent, bool sort_keys, std::string *out) {
+bool to_json(const Value &v, int64_t indent, bool sort_keys, uint64_t max_bytes, std::string *out, bool *too_large) {
   out->clear();
-  return json_value(v, indent, sort_keys, 0, out);
+  JsonWriter writer{indent, sort_keys, max_bytes, out};
+  const bool ok = writer.value(v, 0) && out->size() <= max_bytes;
+  *too_large = writer.too_large || out->size() > max_bytes;
+  return ok;
 }
 
 const char *type_name(const Value &v) {

@@ -4,6 +4,12 @@
 // str, list (and tuple), dict, plus Jinja's Undefined. Lists and dicts are shared by
 // reference like Python's (a namespace() is a dict whose attributes can be set). Dicts keep
 // insertion order, as Python's do, because tojson and iteration show it.
+//
+// Every value knows its nesting depth and its size in bytes (set when it is made), so the
+// renderer can bound both (ChatTemplateLimits) before anything walks a value recursively.
+// Lists and dicts never change after they are made; only a namespace()'s attributes are
+// assigned, and the renderer refuses to put a namespace inside a list, dict or namespace,
+// so the recorded depth and size stay true and no value can contain itself.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +34,9 @@ struct Value {
   std::shared_ptr<ListItems> list;
   std::shared_ptr<DictItems> dict;
   bool is_namespace = false;  // a namespace(): attributes may be assigned
+  bool holds_namespace = false;  // a list or dict with a namespace among its items
+  uint32_t depth = 0;  // 0 for a scalar; a list or dict: 1 + its deepest item's
+  uint64_t bytes = 0;  // a string's size; a list or dict: its items' (and keys') bytes + kItemBytes each
   std::string undefined_name;  // for "'x' is undefined" messages
 
   static Value undefined(std::string name = {}) {
@@ -54,18 +63,11 @@ struct Value {
   static Value from_string(std::string s) {
     Value v = of_type(Type::String);
     v.string = std::move(s);
+    v.bytes = v.string.size();
     return v;
   }
-  static Value from_list(ListItems items) {
-    Value v = of_type(Type::List);
-    v.list = std::make_shared<ListItems>(std::move(items));
-    return v;
-  }
-  static Value from_dict(DictItems items) {
-    Value v = of_type(Type::Dict);
-    v.dict = std::make_shared<DictItems>(std::move(items));
-    return v;
-  }
+  static Value from_list(ListItems items);
+  static Value from_dict(DictItems items);
 
   bool is_undefined() const { return type == Type::Undefined; }
   bool is_none() const { return type == Type::None; }
@@ -85,6 +87,9 @@ struct Value {
   }
 };
 
+// What each item of a list or dict counts in Value::bytes besides its own contents.
+inline constexpr uint64_t kItemBytes = sizeof(Value);
+
 // Python truthiness (Undefined is false).
 bool truthy(const Value &v);
 // Python ==, with 1 == 1.0 == True; Undefined equals only Undefined.
@@ -94,8 +99,9 @@ std::string to_str(const Value &v);
 // Python repr(): how items print inside a printed list or dict.
 std::string to_repr(const Value &v);
 // json.dumps(v, ensure_ascii=False, indent=indent (negative: none), sort_keys=sort_keys):
-// transformers' own tojson filter. Returns false for a value JSON cannot hold.
-bool to_json(const Value &v, int indent, bool sort_keys, std::string *out);
+// transformers' own tojson filter. Returns false for a value JSON cannot hold, and, with
+// *too_large set, when the text would pass max_bytes (it stops there).
+bool to_json(const Value &v, int64_t indent, bool sort_keys, uint64_t max_bytes, std::string *out, bool *too_large);
 // Python's repr of a float ("1.0", "0.30000000000000004", "1e+20").
 std::string float_repr(double d);
 const char *type_name(const Value &v);

@@ -1,0 +1,27 @@
+// core/util/json.h — the one way the library parses JSON it did not write: with a nesting limit.
+//
+// nlohmann::json parses without recursion, but copying, printing and walking a parsed value
+// recurse once per level, so a file that nests a million arrays deep (a few MB) would take a
+// process down later. parse_json refuses nesting deeper than the limit while parsing, before
+// any value exists, and says where: the object keys on the way down ("model" > "extra" > [0]).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "util/error.h"
+
+namespace colibri::util {
+
+// Objects and arrays inside each other. Real metadata and tokenizer configs nest < 10 deep.
+inline constexpr uint32_t kMaxJsonDepth = 128;
+
+// Parses `text` into *out. On a syntax error or nesting deeper than max_depth returns
+// ErrorKind::Corrupt (callers with another kind in mind re-kind it) whose message starts with
+// `what` ("the metadata JSON") and names the byte offset, and for depth the limit and the path.
+Error parse_json(std::string_view text, std::string_view what, nlohmann::json *out, uint32_t max_depth = kMaxJsonDepth);
+
+}  // namespace colibri::util
