@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <map>
 
+#include "modeltool/inspect.h"
+
 #include "image/reader.h"
 #include "model/tensor_names.h"
 #include "modeltool/cli_support.h"
@@ -13,6 +15,78 @@
 namespace colibri::modeltool {
 
 namespace {
+
+using json = nlohmann::json;
+
+// A copy of metadata values within InspectBounds. Iterative over items, recursive over depth
+// (at most max_depth + 1 levels, however deep the input).
+class BoundedCopy {
+ public:
+  explicit BoundedCopy(const InspectBounds &bounds) : bounds_(bounds) {}
+
+  // `tokenizer`: v is metadata.tokenizer, whose texts (tokenizer.json, chat_template) are
+  // shown as their sizes ("json_bytes", "chat_template_bytes").
+  json copy(const json &v, uint32_t depth, bool tokenizer = false) {
+    if (used_ > bounds_.max_total_bytes) return marker("inspect shows at most " + std::to_string(bounds_.max_total_bytes) +
+                                                       " bytes of metadata");
+    if (v.is_string()) {
+      const std::string &s = v.get_ref<const std::string &>();
+      if (s.size() <= bounds_.max_string_bytes) {
+        used_ += s.size() + kPerValueBytes;
+        return v;
+      }
+      size_t cut = static_cast<size_t>(bounds_.max_string_bytes);
+      while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // a whole UTF-8 character
+      used_ += cut + kPerValueBytes;
+      return s.substr(0, cut) + kTruncatedMarker + " (" + std::to_string(s.size()) + " bytes in all)";
+    }
+    if (!v.is_structured() || v.empty()) {
+      used_ += kPerValueBytes;
+      return v;
+    }
+    if (depth >= bounds_.max_depth)
+      return marker(std::string(v.is_array() ? "an array" : "an object") + " of " + std::to_string(v.size()) +
+                    " items nested deeper than " + std::to_string(bounds_.max_depth) + " levels");
+    json out = v.is_array() ? json::array() : json::object();
+    uint64_t shown = 0;
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (shown == bounds_.max_items || used_ > bounds_.max_total_bytes) {
+        const std::string rest = std::to_string(v.size() - shown) + (v.is_array() ? " more items" : " more keys");
+        if (v.is_array()) out.push_back(marker(rest));
+        else out[kTruncatedMarker] = marker(rest);
+        break;
+      }
+      ++shown;
+      used_ += kPerValueBytes;
+      if (v.is_array()) {
+        out.push_back(copy(*it, depth + 1));
+      } else if (tokenizer && (it.key() == "json" || it.key() == "chat_template") && it.value().is_string()) {
+        out[it.key() + "_bytes"] = it.value().get_ref<const std::string &>().size();
+      } else {
+        used_ += it.key().size();
+        out[key(it.key())] = copy(it.value(), depth + 1, depth == 0 && it.key() == "tokenizer" && it.value().is_object());
+      }
+    }
+    return out;
+  }
+
+  std::string key(const std::string &k) const {
+    if (k.size() <= bounds_.max_string_bytes) return k;
+    size_t cut = static_cast<size_t>(bounds_.max_string_bytes);
+    while (cut > 0 && (static_cast<unsigned char>(k[cut]) & 0xC0) == 0x80) --cut;
+    return k.substr(0, cut) + kTruncatedMarker;
+  }
+
+  bool over() const { return used_ > bounds_.max_total_bytes; }
+
+ private:
+  static constexpr uint64_t kPerValueBytes = 8;  // punctuation, a number, true/false/null: about
+  static json marker(const std::string &what) { return std::string(kTruncatedMarker) + ": " + what; }
+
+  const InspectBounds &bounds_;
+  uint64_t used_ = 0;
+};
+
 
 struct Summary {
   std::map<std::string, std::pair<uint64_t, uint64_t>> per_dtype;  // dtype -> (tensors, bytes)
@@ -60,25 +134,6 @@ nlohmann::json header_json(const image::FileHeader &h) {
           {"header_checksum", util::hex64(h.header_checksum)}};
 }
 
-// The metadata without the bulky tokenizer text: its size and a hash stand in for it.
-nlohmann::json metadata_summary(const nlohmann::json &meta) {
-  nlohmann::json out = meta;
-  auto tok = out.find("tokenizer");
-  if (tok != out.end() && tok->is_object()) {
-    auto text = tok->find("json");
-    if (text != tok->end() && text->is_string()) {
-      (*tok)["json_bytes"] = text->get_ref<const std::string &>().size();
-      tok->erase("json");
-    }
-    auto tmpl = tok->find("chat_template");
-    if (tmpl != tok->end() && tmpl->is_string()) {
-      (*tok)["chat_template_bytes"] = tmpl->get_ref<const std::string &>().size();
-      tok->erase("chat_template");
-    }
-  }
-  return out;
-}
-
 void print_text(const image::Image &img, const Summary &s) {
   const image::FileHeader &h = img.header();
   std::printf("file            %s\n", img.path().c_str());
@@ -94,27 +149,8 @@ void print_text(const image::Image &img, const Summary &s) {
               static_cast<unsigned long long>(h.weight_data_offset), static_cast<unsigned long long>(h.gate_weight_offset));
   std::printf("header sum      %s\n", util::hex64(h.header_checksum).c_str());
 
-  const nlohmann::json &meta = img.metadata();
-  auto model = meta.find("model");
-  if (model != meta.end() && model->is_object()) {
-    std::printf("\nmodel\n");
-    for (auto it = model->begin(); it != model->end(); ++it) {
-      if (it.key() == "layer_is_moe") continue;
-      std::printf("  %-24s %s\n", it.key().c_str(), it.value().dump().c_str());
-    }
-    auto moe = model->find("layer_is_moe");
-    if (moe != model->end() && moe->is_array()) {
-      std::string layers;
-      for (const auto &v : *moe) layers += (v.is_number() && v.get<int>()) || (v.is_boolean() && v.get<bool>()) ? 'M' : 'D';
-      std::printf("  %-24s %s (M = MoE, D = dense)\n", "layers", layers.c_str());
-    }
-  }
-  auto tok = meta.find("tokenizer");
-  if (tok != meta.end() && tok->is_object()) {
-    nlohmann::json t = metadata_summary(meta)["tokenizer"];
-    std::printf("\ntokenizer\n");
-    for (auto it = t.begin(); it != t.end(); ++it) std::printf("  %-24s %s\n", it.key().c_str(), it.value().dump().c_str());
-  }
+  const std::string meta_text = metadata_text(img.metadata());
+  std::fwrite(meta_text.data(), 1, meta_text.size(), stdout);
 
   std::printf("\n%-40s %-5s %-24s %14s %14s\n", "tensor", "dtype", "shape", "offset", "bytes");
   for (const image::TensorInfo &t : img.tensors()) {
@@ -140,7 +176,7 @@ nlohmann::json to_json(const image::Image &img, const Summary &s) {
   nlohmann::json j;
   j["file"] = img.path();
   j["header"] = header_json(img.header());
-  j["metadata"] = metadata_summary(img.metadata());
+  j["metadata"] = printable_metadata(img.metadata());
   nlohmann::json tensors = nlohmann::json::array();
   for (const image::TensorInfo &t : img.tensors()) {
     nlohmann::json shape = nlohmann::json::array();
@@ -165,6 +201,43 @@ nlohmann::json to_json(const image::Image &img, const Summary &s) {
 
 }  // namespace
 
+json printable_metadata(const json &metadata, const InspectBounds &bounds) {
+  BoundedCopy copier(bounds);
+  return copier.copy(metadata, 0);
+}
+
+std::string metadata_text(const json &metadata, const InspectBounds &bounds) {
+  // One bounded copy, so the text is bounded as the JSON is; dump() replaces invalid UTF-8.
+  const json meta = printable_metadata(metadata, bounds);
+  auto line = [](std::string *out, const std::string &key, const std::string &value) {
+    *out += util::strprintf("  %-24s %s\n", key.c_str(), value.c_str());
+  };
+  auto dump = [](const json &v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); };
+  std::string out;
+  if (!meta.is_object()) return out;
+  auto model = meta.find("model");
+  if (model != meta.end() && model->is_object()) {
+    out += "\nmodel\n";
+    for (auto it = model->begin(); it != model->end(); ++it)
+      if (it.key() != "layer_is_moe") line(&out, it.key(), dump(it.value()));
+    auto moe = model->find("layer_is_moe");
+    if (moe != model->end() && moe->is_array()) {
+      std::string layers;
+      for (const auto &v : *moe) {
+        if (v.is_string()) layers += " " + v.get<std::string>();  // a truncation marker
+        else layers += (v.is_number() && v != 0) || (v.is_boolean() && v.get<bool>()) ? 'M' : 'D';
+      }
+      line(&out, "layers", layers + " (M = MoE, D = dense)");
+    }
+  }
+  auto tok = meta.find("tokenizer");
+  if (tok != meta.end() && tok->is_object()) {
+    out += "\ntokenizer\n";
+    for (auto it = tok->begin(); it != tok->end(); ++it) line(&out, it.key(), dump(it.value()));
+  }
+  return out;
+}
+
 int run_inspect(int argc, char **argv) {
   cxxopts::Options options("colibri-model inspect", "Show an image's header, metadata and tensor table.");
   options.add_options()("json", "machine-readable JSON output (stable keys)")("h,help", "show this help")(
@@ -182,7 +255,8 @@ int run_inspect(int argc, char **argv) {
   auto img = image::Image::open((*args)["file"].as<std::string>(), {}, &error);
   if (!img) return report_error("inspect", error);
   Summary s = summarize(*img);
-  if (args->count("json")) std::printf("%s\n", to_json(*img, s).dump(2).c_str());
+  if (args->count("json"))
+    std::printf("%s\n", to_json(*img, s).dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   else print_text(*img, s);
   return kExitOk;
 }

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "modeltool/convert/source_files.h"
+#include "util/json.h"
 #include "util/strings.h"
 
 namespace colibri::modeltool::convert {
@@ -141,8 +142,10 @@ Error parse_safetensors(const unsigned char *bytes, uint64_t file_size, const st
                              label.c_str(), ull(header_bytes), ull(file_size - 8), ull(file_size)));
 
   const char *text = reinterpret_cast<const char *>(bytes + 8);
-  nlohmann::json header = nlohmann::json::parse(text, text + header_bytes, nullptr, /*allow_exceptions=*/false);
-  if (header.is_discarded() || !header.is_object())
+  nlohmann::json header;
+  if (Error e = util::parse_json(std::string_view(text, header_bytes), "the safetensors header", &header))
+    return corrupt(strprintf("'%s': %s", label.c_str(), e.message.c_str()));
+  if (!header.is_object())
     return corrupt(strprintf("'%s': the safetensors header is not a valid JSON object", label.c_str()));
 
   uint64_t data_size = file_size - 8 - header_bytes;
@@ -283,9 +286,9 @@ Error SafetensorsCheckpoint::open(const std::string &directory, SafetensorsCheck
   if (path_exists(index_path)) {
     std::string text;
     if (Error e = read_whole_file(index_path, &text)) return e;
-    nlohmann::json index = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (index.is_discarded() || !index.is_object())
-      return corrupt(strprintf("'%s' is not a valid JSON object", kIndexFile));
+    nlohmann::json index;
+    if (Error e = util::parse_json(text, strprintf("'%s'", kIndexFile), &index)) return corrupt(e.message);
+    if (!index.is_object()) return corrupt(strprintf("'%s' is not a valid JSON object", kIndexFile));
     auto map = index.find("weight_map");
     if (map == index.end() || !map->is_object())
       return corrupt(strprintf("'%s' has no \"weight_map\" object", kIndexFile));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "modeltool/cli_support.h"
+#include "util/json.h"
 #include "util/strings.h"
 
 namespace colibri::modeltool::convert {
@@ -86,10 +87,7 @@ Error SourceFiles::read_json(const std::string &name, nlohmann::json *value, boo
   std::string text;
   if (Error e = read_text(name, &text, present)) return e;
   if (!*present) return {};
-  *value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (value->is_discarded())
-    return make_error(ErrorKind::Corrupt, strprintf("'%s' is not valid JSON", path(name).c_str()));
-  return {};
+  return util::parse_json(text, strprintf("'%s'", path(name).c_str()), value);
 }
 
 Error SourceFiles::record(const std::string &name, const std::function<void(uint64_t)> &on_bytes) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "util/json.h"
 #include "util/strings.h"
 
 namespace colibri::modeltool::convert {
@@ -156,8 +157,9 @@ Error build_tokenizer_metadata(SourceFiles *files, const json &config, json *out
                                 "model repository (a model with only a slow tokenizer can write one with "
                                 "transformers: AutoTokenizer.from_pretrained(dir).save_pretrained(dir))",
                                 files->path("tokenizer.json").c_str()));
-  json tokenizer = json::parse(tokenizer_text, nullptr, /*allow_exceptions=*/false);
-  if (tokenizer.is_discarded() || !tokenizer.is_object())
+  json tokenizer;
+  if (Error e = util::parse_json(tokenizer_text, strprintf("'%s'", files->path("tokenizer.json").c_str()), &tokenizer)) return e;
+  if (!tokenizer.is_object())
     return make_error(ErrorKind::Corrupt, strprintf("'%s' is not a valid JSON object", files->path("tokenizer.json").c_str()));
 
   json tokenizer_config = json::object(), generation_config = json::object();

@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <cstdio>
 #include <cstring>
 
@@ -117,6 +120,88 @@ TEST_CASE("inspect prints the header, tensor table and totals, --json is parseab
   CHECK(j["tensors"].size() == 15);
   CHECK(j["expert_bytes_per_layer"]["0"] == 3 * 4 * 32 * 64 * 4);
   CHECK(j["totals"]["per_dtype"]["f32"]["tensors"] == 15);
+}
+
+namespace {
+
+std::string repeat(const std::string &s, size_t n) {
+  std::string out;
+  out.reserve(s.size() * n);
+  for (size_t i = 0; i < n; ++i) out += s;
+  return out;
+}
+
+// A model image whose metadata carries `raw_member` ("\"key\": VALUE") as its last member.
+std::string model_with_member(const std::string &dir, const std::string &name, const std::string &raw_member) {
+  testing::ModelImageParts parts = testing::model_parts(testing::tiny_model_config());
+  parts.metadata_text = testing::metadata_with_raw_member(parts.metadata, raw_member);
+  const std::string path = dir + "/" + name;
+  REQUIRE_FALSE(testing::write_model_parts(path, parts));
+  return path;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+TEST_CASE("metadata nested a million (or 40000) levels deep: inspect says so at once, bounded", "[cli][limits]") {
+  // Issue 18, item 3: a 1M-deep array crashed inspect; inspect --json at 40k wrote 3.2 GB.
+  const std::string dir = testing::temp_dir("cli-deep");
+  for (size_t depth : {size_t{1000000}, size_t{40000}, size_t{129}}) {
+    INFO(depth);
+    const std::string path =
+        model_with_member(dir, "deep" + std::to_string(depth) + ".colibri", "\"extra\": {\"deep\": " + repeat("[", depth) + repeat("]", depth) + "}");
+    for (const char *flags : {"inspect ", "inspect --json ", "verify "}) {
+      const auto start = std::chrono::steady_clock::now();
+      Run r = run_tool(flags + path);
+      CHECK(seconds_since(start) < 20.0);
+      CHECK(r.exit_code == 1);  // corrupt
+      CHECK(r.out.size() < 2000);
+      CHECK_THAT(r.out, Contains("the metadata section nests objects/arrays deeper than the limit of 128 levels "
+                                 "(util::kMaxJsonDepth), under \"extra\" > \"deep\" > [] > []"));
+    }
+  }
+}
+
+TEST_CASE("inspect bounds what it prints of metadata: depth, items, string length, total", "[cli][limits]") {
+  const std::string dir = testing::temp_dir("cli-bounded");
+  // 100 deep (the library accepts it) and a million-item array, a 10 MB string, 5000 keys.
+  std::string keys;
+  for (int i = 0; i < 5000; ++i) keys += (i ? ", \"k" : "\"k") + std::to_string(i) + "\": " + std::to_string(i);
+  const std::string member = "\"extra\": {\"deep\": " + repeat("[", 100) + repeat("]", 100) + ", \"long\": [" +
+                             repeat("1, ", 999999) + "1], \"text\": \"" + repeat("x", 10000000) + "\", \"keys\": {" +
+                             keys + "}}";
+  const std::string path = model_with_member(dir, "bounded.colibri", member);
+  const std::string marker = "\xE2\x80\xA6 truncated";
+  Run js = run_tool("inspect --json " + path, dir + "/out.json");
+  REQUIRE(js.exit_code == 0);
+  std::ifstream in(dir + "/out.json", std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text.size() < 3 * (1u << 20));  // the metadata bound (1 MiB) plus the tensor table
+  const nlohmann::json j = nlohmann::json::parse(text);  // still valid JSON
+  const nlohmann::json &extra = j["metadata"]["extra"];
+  // Depth: 16 levels shown, then a marker.
+  const nlohmann::json *level = &extra["deep"];
+  int shown = 0;
+  while (level->is_array()) level = &(*level)[0], ++shown;
+  CHECK(shown == 14);  // metadata (0) > extra (1) > deep (2) ... 16 levels in all
+  CHECK_THAT(level->get<std::string>(), Contains(marker + ": an array of 1 items nested deeper than 16 levels"));
+  CHECK(extra["long"].size() == 1001);
+  CHECK(extra["long"][1000] == marker + ": 999000 more items");
+  CHECK(extra["text"].get<std::string>().size() < 4200);
+  CHECK_THAT(extra["text"].get<std::string>(), Contains(marker + " (10000000 bytes in all)"));
+  CHECK(extra["keys"].size() == 1001);
+  CHECK(extra["keys"][marker] == marker + ": 4000 more keys");
+  // The model and tokenizer sections are whole.
+  CHECK(j["metadata"]["model"]["expert_count"] == 4);
+  CHECK(j["metadata"]["tokenizer"].contains("json_bytes"));
+  // The text form prints the model and tokenizer sections and stays small.
+  Run t = run_tool("inspect " + path);
+  REQUIRE(t.exit_code == 0);
+  CHECK(t.out.size() < 20000);
+  CHECK_THAT(t.out, Contains("expert_count") && Contains("json_bytes"));
 }
 
 TEST_CASE("verify exit codes: 0 valid, 1 corrupt, 3 not an image, 4 I/O", "[cli]") {

@@ -132,7 +132,7 @@ Error write_model_parts(const std::string &path, const ModelImageParts &parts, u
   options.alignment = parts.alignment;
   options.overwrite = true;
   image::ImageWriter writer;
-  if (Error e = writer.begin(path, options, parts.header, parts.tensors, parts.metadata.dump())) return e;
+  if (Error e = writer.begin(path, options, parts.header, parts.tensors, parts.metadata_text.empty() ? parts.metadata.dump() : parts.metadata_text)) return e;
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 0.5f);
   std::vector<float> row;
@@ -157,6 +157,12 @@ Error write_model_parts(const std::string &path, const ModelImageParts &parts, u
 
 Error write_synthetic_model(const std::string &path, const model::ModelConfig &config, image::DType dtype, uint32_t seed) {
   return write_model_parts(path, model_parts(config, dtype), seed);
+}
+
+std::string metadata_with_raw_member(const nlohmann::json &metadata, const std::string &raw_member) {
+  std::string text = metadata.dump();
+  text.pop_back();  // the closing brace
+  return text + ", " + raw_member + "}";
 }
 
 }  // namespace colibri::testing

@@ -28,6 +28,8 @@ std::string tiny_tokenizer_json(uint64_t vocab);
 // The parts an image is written from. Edit them, then write_model_parts.
 struct ModelImageParts {
   nlohmann::json metadata;                 // {"colibri_format", "model", "tokenizer", "provenance"}
+  std::string metadata_text;               // non-empty: written instead of metadata.dump() (for JSON
+                                           // that nlohmann cannot print, e.g. nested a million deep)
   std::vector<image::TensorSpec> tensors;  // in file order
   image::ModelHeaderFields header;
   uint64_t alignment = image::kMinAlignment;
@@ -40,6 +42,9 @@ ModelImageParts model_parts(const model::ModelConfig &config, image::DType dtype
 
 // Writes the parts with seeded random values (matrices ~N(0, 0.5²)·scale, vectors ~1).
 Error write_model_parts(const std::string &path, const ModelImageParts &parts, uint32_t seed = 1);
+
+// metadata.dump() with `raw_member` ("\"key\": VALUE", any text) added as the last member.
+std::string metadata_with_raw_member(const nlohmann::json &metadata, const std::string &raw_member);
 
 // model_parts + write_model_parts.
 Error write_synthetic_model(const std::string &path, const model::ModelConfig &config = tiny_model_config(),
