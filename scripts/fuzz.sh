@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (+ASan/UBSan) and runs them, seeded with valid and
-# broken inputs: the image reader for SECONDS (default 60), the safetensors header parser for
-# half that. Fails on any crash or sanitizer report.
+# broken inputs: the image reader for SECONDS (default 60), the safetensors header parser, the
+# chat-template parser+renderer and inspect's metadata printing for half that each. Fails on
+# any crash, sanitizer report or slow input (-timeout: every input must end in seconds).
 # Usage: scripts/fuzz.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,12 +12,14 @@ flags="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLIBRI_WERROR=ON -DCOLIBRI_FUZZ=ON -DCOLIBRI_BENCH=OFF \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" >/dev/null
-cmake --build build-fuzz -j"$(nproc)" --target fuzz_image_reader make_fuzz_seeds fuzz_safetensors
+cmake --build build-fuzz -j"$(nproc)" --target fuzz_image_reader make_fuzz_seeds fuzz_safetensors fuzz_chat_template \
+  fuzz_inspect
 
-run_fuzzer() {  # binary corpus_dir seconds
+run_fuzzer() {  # binary corpus_dir seconds [extra libFuzzer flags]
   local log="build-fuzz/$(basename "$1").log" status=0
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 \
-    "$1" "$2" -max_total_time="$3" -max_len=65536 -print_final_stats=1 -artifact_prefix=build-fuzz/ >"$log" 2>&1 ||
+    "$1" "$2" -max_total_time="$3" -max_len=65536 -timeout=10 -print_final_stats=1 -artifact_prefix=build-fuzz/ \
+    "${@:4}" >"$log" 2>&1 ||
     status=$?
   # The progress chatter stays in the log; show the verdict and any report.
   grep -E "^(stat::number_of_executed_runs|stat::new_units_added|==[0-9]+==|SUMMARY|.*runtime error)" "$log" || true
@@ -38,3 +41,22 @@ rm -rf "$st_corpus" && mkdir -p "$st_corpus"
 for f in tests/fixtures/oracle/*/model.safetensors; do head -c 65536 "$f" > "$st_corpus/$(basename "$(dirname "$f")").safetensors"; done
 run_fuzzer build-fuzz/tests/convert/fuzz_safetensors "$st_corpus" "$((seconds / 2))"
 echo "fuzz_safetensors: $((seconds / 2))s without a crash"
+
+# Chat templates: the supported families' real templates, the extra subset cases and the
+# issue's hostile shapes (tests/fuzz/seeds/chat_template); Jinja keywords as a dictionary.
+ct_corpus=build-fuzz/corpus/chat_template
+rm -rf "$ct_corpus" && mkdir -p "$ct_corpus"
+cp tests/fuzz/seeds/chat_template/* "$ct_corpus/"
+run_fuzzer build-fuzz/tests/fuzz_chat_template "$ct_corpus" "$((seconds / 2))" -dict=tests/fuzz/jinja.dict
+echo "fuzz_chat_template: $((seconds / 2))s without a crash"
+
+# inspect's metadata printing: real config JSON and the metadata of the seed images' models.
+in_corpus=build-fuzz/corpus/inspect
+rm -rf "$in_corpus" && mkdir -p "$in_corpus"
+for f in tests/fixtures/oracle/*/config.json tests/fixtures/oracle/*/tokenizer_config.json; do
+  head -c 65536 "$f" > "$in_corpus/$(basename "$(dirname "$f")")_$(basename "$f")"
+done
+printf '{"a": %s1%s, "b": "%s"}' "$(printf '[%.0s' {1..200})" "$(printf ']%.0s' {1..200})" "$(printf 'x%.0s' {1..5000})" \
+  > "$in_corpus/deep_and_long.json"
+run_fuzzer build-fuzz/tests/fuzz_inspect "$in_corpus" "$((seconds / 2))"
+echo "fuzz_inspect: $((seconds / 2))s without a crash"

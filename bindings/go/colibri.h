@@ -463,8 +463,11 @@ COLIBRI_API int32_t colibri_chat_options_init(colibri_chat_options *options, siz
  * The template sees messages, add_generation_prompt, bos_token, eos_token and the extra
  * variables. options may be NULL. Errors: INVALID_ARGUMENT (NULL role/content, a variable value
  * that is not JSON, a raise_exception in the template: the message is its text, a syntax error
- * in template_text), BUFFER_TOO_SMALL, UNSUPPORTED (no template, or one using Jinja this build
- * does not implement: the message names the construct and line). */
+ * in template_text), BUFFER_TOO_SMALL, UNSUPPORTED (no template, one using Jinja this build
+ * does not implement, or one past a parser or render limit: nesting depth, output size, loop
+ * iterations, ... (docs/reliability.md); the message names the template, the construct or
+ * limit, and the line). A model template that cannot be parsed does not fail the open: plain
+ * completion works and this function returns the parse error. */
 COLIBRI_API int32_t colibri_chat_render(const colibri_model *model, const colibri_chat_message *messages,
                                         size_t message_count, const colibri_chat_options *options, char *text,
                                         size_t capacity, size_t *text_size);
