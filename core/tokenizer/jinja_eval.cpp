@@ -73,8 +73,9 @@ std::string strip(const std::string &s, const Value *chars, bool left, bool righ
   const std::vector<uint32_t> cps = code_points(s);
   std::vector<uint32_t> set;
   if (chars && chars->is_string()) set = code_points(chars->string);
+  std::sort(set.begin(), set.end());  // O(n log m) however long `chars` is
   auto stripped = [&](uint32_t c) {
-    if (chars && chars->is_string()) return std::find(set.begin(), set.end(), c) != set.end();
+    if (chars && chars->is_string()) return std::binary_search(set.begin(), set.end(), c);
     return is_python_space(c);
   };
   size_t begin = 0;
@@ -483,6 +484,8 @@ class Renderer {
         Value object;
         if (Error e = eval(*expr.a, &object)) return e;
         if (object.is_undefined()) return undefined_error(expr.line, object);
+        if (object.is_dict())
+          if (Error e = step(expr.line, object.dict->size())) return e;  // find() walks the keys
         const Value *found = object.is_dict() ? object.find(expr.name) : nullptr;
         *out = found ? *found
                      : Value::undefined(std::string("'") + type_name(object) + " object' has no attribute '" +
@@ -550,6 +553,7 @@ class Renderer {
           if (Error e = eval(*key_expr, &key)) return e;
           if (Error e = eval(*value_expr, &value)) return e;
           if (!key.is_string()) return fail(expr.line, "only string keys are supported in dict literals");
+          if (Error e = step(expr.line, items.size())) return e;  // the duplicate search walks the items
           auto it = std::find_if(items.begin(), items.end(), [&](const auto &kv) { return kv.first == key.string; });
           if (it != items.end()) it->second = std::move(value);
           else items.emplace_back(key.string, std::move(value));
@@ -564,6 +568,7 @@ class Renderer {
   Error get_item(int line, const Value &object, const Value &key, Value *out) {
     if (object.is_undefined()) return undefined_error(line, object);
     if (object.is_dict()) {
+      if (Error e = step(line, object.dict->size())) return e;
       const Value *found = key.is_string() ? object.find(key.string) : nullptr;
       *out = found ? *found : Value::undefined("'dict object' has no attribute " + to_repr(key) + ", so it");
       return {};
@@ -685,6 +690,8 @@ class Renderer {
       DictItems entries;
       if (!args.empty()) {
         if (args.size() > 1 || !args[0].is_dict()) return fail(expr.line, fn + "() takes keyword arguments or one dict");
+        if (Error e = step(expr.line, args[0].dict->size())) return e;
+        if (Error e = process(expr.line, args[0].bytes)) return e;
         entries = *args[0].dict;
       }
       for (auto &[k, v] : kwargs) entries.emplace_back(k, std::move(v));
@@ -772,6 +779,7 @@ class Renderer {
       if (method == "get") {
         const Value *key = argument(args, kwargs, 0, "key");
         const Value *fallback = argument(args, kwargs, 1, "default");
+        if (Error e = step(line, object.dict->size())) return e;
         const Value *found = key && key->is_string() ? object.find(key->string) : nullptr;
         *out = found ? *found : fallback ? *fallback : Value::none();
         return {};
@@ -801,7 +809,7 @@ class Renderer {
       *out = Value::from_string(map_case(to_str(v), mode));
     } else if (f == "length" || f == "count") {
       int64_t n = 0;
-      if (v.is_string()) n = static_cast<int64_t>(code_points(v.string).size());
+      if (v.is_string()) n = static_cast<int64_t>(code_point_count(v.string));
       else if (v.is_list()) n = static_cast<int64_t>(v.list->size());
       else if (v.is_dict()) n = static_cast<int64_t>(v.dict->size());
       else if (!v.is_undefined()) return fail(expr.line, std::string("object of type '") + type_name(v) + "' has no len()");
@@ -980,6 +988,7 @@ class Renderer {
         if (Error e = process(expr.line, b.bytes)) return e;
         for (const Value &item : *b.list) found = found || equal(a, item);
       } else if (b.is_dict()) {
+        if (Error e = step(expr.line, b.dict->size())) return e;
         found = a.is_string() && b.find(a.string) != nullptr;
       } else if (!b.is_undefined()) {
         return fail(expr.line, std::string("argument of type '") + type_name(b) + "' is not iterable");

@@ -219,6 +219,21 @@ TEST_CASE("filters and methods that multiply sizes are bounded before they alloc
   CHECK_THAT(e.message, Contains("(ChatTemplateLimits::max_value_bytes)"));
 }
 
+TEST_CASE("quadratic walks are charged: a dict literal's duplicate keys, strip() with many chars", "[chat][limits]") {
+  // 40000 keys: the duplicate search would be 8e8 comparisons.
+  colibri::Error e = render_failure("{{ {" + repeat("'a': 1, ", 40000) + "} }}");
+  CHECK_THAT(e.message, Contains("(ChatTemplateLimits::max_steps)"));
+  // strip() with a million characters to strip, over a million characters: sorted, not 1e12.
+  colibri::Error error;
+  auto tpl = ChatTemplate::parse("{{ (('y' * 1000000) ~ 'x' ~ ('y' * 1000000)).strip('z' * 1000000 ~ 'y') }}", &error);
+  REQUIRE(tpl);
+  std::string out;
+  Timed t;
+  REQUIRE(tpl->render({}, false, "", "", &out).ok());
+  CHECK(t.seconds() < kQuickSeconds);
+  CHECK(out == "x");
+}
+
 TEST_CASE("integer arithmetic that leaves 64 bits is an error, not undefined behaviour", "[chat][limits]") {
   for (const char *source : {"{{ 9223372036854775807 + 1 }}", "{{ -9223372036854775807 - 2 }}",
                              "{{ 4611686018427387904 * 2 }}", "{{ 3 ** 62 }}", "{{ -(-9223372036854775807 - 1) }}",
