@@ -527,6 +527,19 @@ Error build_impl(const json &root, Tokenizer::Impl *impl) {
     if (Error e = read_decoder(field("decoder"), decoder, 0, &impl->decoder)) return e;
   }
 
+  // An added token with normalized=true is matched in normalized text, so its pattern is its
+  // content normalized (added_vocabulary.rs refresh_added_tokens). tokenizers 0.23 also gives
+  // that normalized form as the token's string (id_to_token) and decodes it: with a
+  // Prepend("▁") + Replace(" ", "▁") normalizer, "my token" decodes as "▁my▁token", so
+  // "this is my token ok" round-trips instead of losing the space before "my".
+  std::vector<std::string> token_text(impl->added_tokens.size());
+  for (size_t i = 0; i < impl->added_tokens.size(); ++i) {
+    const AddedToken &t = impl->added_tokens[i];
+    token_text[i] = t.content;
+    if (t.normalized)
+      if (Error e = impl->normalizer.apply(&token_text[i])) return e;
+  }
+
   // The id tables: the model's vocabulary, then added tokens (which win, as in tokenizers'
   // id_to_token).
   int64_t max_id = -1;
@@ -540,12 +553,23 @@ Error build_impl(const json &root, Tokenizer::Impl *impl) {
     impl->id_text[static_cast<size_t>(id)] = text;
     impl->id_known[static_cast<size_t>(id)] = 1;
   }
-  for (const AddedToken &t : impl->added_tokens) {
-    impl->id_text[static_cast<size_t>(t.id)] = t.content;
+  TokenIndex special_contents;
+  for (size_t i = 0; i < impl->added_tokens.size(); ++i) {
+    const AddedToken &t = impl->added_tokens[i];
+    impl->id_text[static_cast<size_t>(t.id)] = token_text[i];
     impl->id_known[static_cast<size_t>(t.id)] = 1;
-    if (t.special) impl->id_special[static_cast<size_t>(t.id)] = 1;
     impl->added_index[t.content] = t.id;
+    if (t.special) special_contents.emplace(t.content, t.id);
   }
+  // decode(skip_special) drops a token whose string is the content of a special token
+  // (tokenizers tests the string, is_special_token(&token)): a special token with
+  // normalized=true whose normalized form differs is therefore kept, as there.
+  for (const AddedToken &t : impl->added_tokens)
+    if (special_contents.count(impl->id_text[static_cast<size_t>(t.id)])) impl->id_special[static_cast<size_t>(t.id)] = 1;
+  for (const auto &[content, added_id] : special_contents)
+    if (auto it = impl->model.vocab().find(content);
+        it != impl->model.vocab().end() && impl->id_text[static_cast<size_t>(it->second)] == content)
+      impl->id_special[static_cast<size_t>(it->second)] = 1;
   for (const PostProcessorStep &step : impl->post_processor.steps) {
     auto check = [&](int32_t id) -> Error {
       if (id < 0 || static_cast<size_t>(id) >= count || !impl->id_known[static_cast<size_t>(id)])
@@ -566,13 +590,12 @@ Error build_impl(const json &root, Tokenizer::Impl *impl) {
   std::vector<const AddedToken *> raw_tokens, normalized_tokens;
   std::vector<std::string> raw_patterns, normalized_patterns;
   bool any_single_word = false;
-  for (const AddedToken &t : impl->added_tokens) {
+  for (size_t i = 0; i < impl->added_tokens.size(); ++i) {
+    const AddedToken &t = impl->added_tokens[i];
     any_single_word = any_single_word || t.single_word;
     if (t.normalized) {
-      std::string pattern = t.content;
-      if (Error e = impl->normalizer.apply(&pattern)) return e;
       normalized_tokens.push_back(&t);
-      normalized_patterns.push_back(std::move(pattern));
+      normalized_patterns.push_back(token_text[i]);
     } else {
       raw_tokens.push_back(&t);
       raw_patterns.push_back(t.content);
