@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (+ASan/UBSan) and runs them, seeded with valid and
 # broken inputs: the image reader for SECONDS (default 60), the safetensors header parser for
-# half that. Fails on any crash or sanitizer report.
+# half that, the tokenizer.json loader (+ encode/decode) for a third, at most 20 s. Fails on any
+# crash or sanitizer report.
 # Usage: scripts/fuzz.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,8 @@ flags="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLIBRI_WERROR=ON -DCOLIBRI_FUZZ=ON -DCOLIBRI_BENCH=OFF \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" >/dev/null
-cmake --build build-fuzz -j"$(nproc)" --target fuzz_image_reader make_fuzz_seeds fuzz_safetensors
+cmake --build build-fuzz -j"$(nproc)" --target fuzz_image_reader make_fuzz_seeds fuzz_safetensors \
+  fuzz_tokenizer_json
 
 run_fuzzer() {  # binary corpus_dir seconds
   local log="build-fuzz/$(basename "$1").log" status=0
@@ -38,3 +40,21 @@ rm -rf "$st_corpus" && mkdir -p "$st_corpus"
 for f in tests/fixtures/oracle/*/model.safetensors; do head -c 65536 "$f" > "$st_corpus/$(basename "$(dirname "$f")").safetensors"; done
 run_fuzzer build-fuzz/tests/convert/fuzz_safetensors "$st_corpus" "$((seconds / 2))"
 echo "fuzz_safetensors: $((seconds / 2))s without a crash"
+
+# tokenizer.json: every fixture tokenizer (oracle and edited variants), and one whose normalizer
+# nests Sequence past the limit.
+tok_corpus=build-fuzz/corpus/tokenizer_json
+tok_seconds=$((seconds / 3 < 20 ? seconds / 3 : 20))
+rm -rf "$tok_corpus" && mkdir -p "$tok_corpus"
+for f in tests/fixtures/oracle/*/tokenizer.json tests/tokenizer/fixtures/variants/*/tokenizer.json; do
+  cp "$f" "$tok_corpus/$(basename "$(dirname "$f")").json"
+done
+{
+  printf '{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}, "normalizer": '
+  for _ in $(seq 40); do printf '{"type": "Sequence", "normalizers": ['; done
+  printf '{"type": "NFC"}'
+  for _ in $(seq 40); do printf ']}'; done
+  printf '}'
+} >"$tok_corpus/nested_sequence.json"
+run_fuzzer build-fuzz/tests/fuzz_tokenizer_json "$tok_corpus" "$tok_seconds"
+echo "fuzz_tokenizer_json: ${tok_seconds}s without a crash"
