@@ -81,7 +81,7 @@ TEST_CASE("the vocabulary queries agree with the file", "[api]") {
   CHECK(bytelevel->token_text(220) == "\xC4\xA0");  // "Ġ"
 }
 
-TEST_CASE("an id the tokenizer lacks decodes to no text, as in tokenizers; a negative id is an error", "[api]") {
+TEST_CASE("an id the tokenizer lacks decodes to no text, as in tokenizers, and a negative id is an error", "[api]") {
   // Checkpoints pad the model's vocabulary past the tokenizer's (Qwen2: 151936 rows, 151665
   // tokens); tokenizers' decode drops such ids (decode filter_maps id_to_token).
   auto tok = load_tokenizer(kByteLevel);
