@@ -425,8 +425,11 @@ COLIBRI_API int32_t colibri_tokenize(const colibri_model *model, const char *tex
                                      uint32_t flags, int32_t *tokens, size_t capacity, size_t *count);
 
 /* Decodes tokens[0..token_count) into UTF-8 text (NUL-terminated; *text_size excludes the NUL).
- * flags: COLIBRI_DETOKENIZE_*. Invalid byte sequences become U+FFFD, as in Hugging Face.
- * Errors: INVALID_ARGUMENT (a token id outside the vocabulary), BUFFER_TOO_SMALL, UNSUPPORTED. */
+ * flags: COLIBRI_DETOKENIZE_*. Invalid byte sequences become U+FFFD, as in Hugging Face. An id
+ * of the model that its tokenizer lacks (checkpoints pad the vocabulary past the tokenizer's)
+ * contributes no text, as in Hugging Face.
+ * Errors: INVALID_ARGUMENT (a token id outside 0..vocab_size-1 of colibri_model_info),
+ * BUFFER_TOO_SMALL, UNSUPPORTED. */
 COLIBRI_API int32_t colibri_detokenize(const colibri_model *model, const int32_t *tokens, size_t token_count,
                                        uint32_t flags, char *text, size_t capacity, size_t *text_size);
 

@@ -81,8 +81,17 @@ COLIBRI_API int32_t colibri_detokenize(const colibri_model *model, const int32_t
     COLIBRI_REQUIRE_ARG(model, "model must not be NULL");
     COLIBRI_REQUIRE_ARG(tokens || token_count == 0, "tokens is NULL but token_count is not 0");
     COLIBRI_REQUIRE_ARG((flags & ~COLIBRI_DETOKENIZE_SKIP_SPECIAL) == 0, "unknown colibri_detokenize flags " + std::to_string(flags));
+    const capi::ModelState &state = *capi::impl(model)->state;
     const tokenizer::Tokenizer *tok = nullptr;
-    if (int32_t s = capi::require_tokenizer(*capi::impl(model)->state, &tok)) return s;
+    if (int32_t s = capi::require_tokenizer(state, &tok)) return s;
+    // An id of the model that the tokenizer lacks (the padding past the tokenizer's vocabulary
+    // that Qwen and OLMoE checkpoints have) decodes to no text, as in Hugging Face; an id that
+    // is not the model's at all is the caller's mistake.
+    const size_t model_vocab = state.model->config().vocab_size;
+    for (size_t i = 0; i < token_count; ++i)
+      COLIBRI_REQUIRE_ARG(tokens[i] >= 0 && static_cast<size_t>(tokens[i]) < model_vocab,
+                          "token " + std::to_string(tokens[i]) + " (position " + std::to_string(i) +
+                              ") is outside the model's vocabulary (0.." + std::to_string(model_vocab - 1) + ")");
     std::string out;
     if (Error e = tok->decode(tokens, token_count, (flags & COLIBRI_DETOKENIZE_SKIP_SPECIAL) != 0, &out)) return capi::fail(e);
     return capi::copy_text(out, text, capacity, text_size);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (+ASan/UBSan) and runs them, seeded with valid and
 # broken inputs: the image reader for SECONDS (default 60), the safetensors header parser, the
-# chat-template parser+renderer and inspect's metadata printing for half that each. Fails on
-# any crash, sanitizer report or slow input (-timeout: every input must end in seconds).
+# chat-template parser+renderer and inspect's metadata printing for half that each, the
+# tokenizer.json loader (+ encode/decode) for a third, at most 20 s. Fails on any crash,
+# sanitizer report or slow input (-timeout: every input must end in seconds).
 # Usage: scripts/fuzz.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +14,7 @@ cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLIBRI_WERROR=ON -DCOLIBRI_FUZZ=ON -DCOLIBRI_BENCH=OFF \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target fuzz_image_reader make_fuzz_seeds fuzz_safetensors fuzz_chat_template \
-  fuzz_inspect
+  fuzz_inspect fuzz_tokenizer_json
 
 run_fuzzer() {  # binary corpus_dir seconds [extra libFuzzer flags]
   local log="build-fuzz/$(basename "$1").log" status=0
@@ -60,3 +61,20 @@ printf '{"a": %s1%s, "b": "%s"}' "$(printf '[%.0s' {1..200})" "$(printf ']%.0s' 
   > "$in_corpus/deep_and_long.json"
 run_fuzzer build-fuzz/tests/fuzz_inspect "$in_corpus" "$((seconds / 2))"
 echo "fuzz_inspect: $((seconds / 2))s without a crash"
+# tokenizer.json: every fixture tokenizer (oracle and edited variants), and one whose normalizer
+# nests Sequence past the limit.
+tok_corpus=build-fuzz/corpus/tokenizer_json
+tok_seconds=$((seconds / 3 < 20 ? seconds / 3 : 20))
+rm -rf "$tok_corpus" && mkdir -p "$tok_corpus"
+for f in tests/fixtures/oracle/*/tokenizer.json tests/tokenizer/fixtures/variants/*/tokenizer.json; do
+  cp "$f" "$tok_corpus/$(basename "$(dirname "$f")").json"
+done
+{
+  printf '{"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}, "normalizer": '
+  for _ in $(seq 40); do printf '{"type": "Sequence", "normalizers": ['; done
+  printf '{"type": "NFC"}'
+  for _ in $(seq 40); do printf ']}'; done
+  printf '}'
+} >"$tok_corpus/nested_sequence.json"
+run_fuzzer build-fuzz/tests/fuzz_tokenizer_json "$tok_corpus" "$tok_seconds"
+echo "fuzz_tokenizer_json: ${tok_seconds}s without a crash"

@@ -35,6 +35,13 @@ struct Normalizer {
   Error apply(std::string *text) const;
 };
 
+// The Unicode versions behind the normal forms: utf8proc's (utf8proc_unicode_version()), the
+// one whose newer characters normalizer_hf_unicode.inc lists (its table is complete for a
+// utf8proc up to that version), and tokenizers' (whose normalization we reproduce).
+const char *normalizer_unicode_version();
+const char *normalizer_table_unicode_version();
+const char *tokenizers_unicode_version();
+
 // ---- pre-tokenizers (tokenizers/src/pre_tokenizers) ----------------------------------------
 
 // tokenizers' SplitDelimiterBehavior.

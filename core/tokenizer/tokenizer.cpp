@@ -75,11 +75,15 @@ Error Tokenizer::decode(const int32_t *ids, size_t n, bool skip_special, std::st
     tokens.reserve(n);
     for (size_t i = 0; i < n; ++i) {
       const int32_t id = ids[i];
-      if (id < 0 || static_cast<size_t>(id) >= impl_->id_known.size() || !impl_->id_known[static_cast<size_t>(id)]) {
+      if (id < 0) {
         return make_error(ErrorKind::InvalidArgument,
-                          util::strprintf("tokenizer: token id %d (position %zu) is not in the vocabulary (ids 0..%zu)",
-                                          id, i, impl_->id_known.size() - 1));
+                          util::strprintf("tokenizer: token id %d (position %zu) is negative; ids are 0..%zu", id, i,
+                                          impl_->id_known.size() - 1));
       }
+      // An id the tokenizer does not have decodes to nothing, as in tokenizers (decode's
+      // filter_map over id_to_token): checkpoints pad the model's vocabulary past the
+      // tokenizer's (Qwen2 151936 vs 151665), and a sampled padding id must not end generation.
+      if (static_cast<size_t>(id) >= impl_->id_known.size() || !impl_->id_known[static_cast<size_t>(id)]) continue;
       if (skip_special && impl_->id_special[static_cast<size_t>(id)]) continue;
       tokens.push_back(impl_->id_text[static_cast<size_t>(id)]);
     }

@@ -67,17 +67,22 @@ class Tokenizer {
   Error encode(std::string_view text, const EncodeOptions &options, std::vector<int32_t> *ids) const;
 
   // Replaces *text with the text of ids[0..n). skip_special drops special added tokens.
-  // An id that is not in the vocabulary is an InvalidArgument error.
+  // An id that is not in the vocabulary (above vocab_size(), or a gap in it) contributes no
+  // text, as in tokenizers: models pad their vocabulary past the tokenizer's. A negative id
+  // is an InvalidArgument error.
   Error decode(const int32_t *ids, size_t n, bool skip_special, std::string *text) const;
 
   // The vocabulary string of a token (e.g. "Ġworld", "▁the", "<0x0A>", "<|im_end|>"); empty
-  // for an id that is not in the vocabulary.
+  // for an id that is not in the vocabulary. For an added token with normalized=true it is
+  // the content normalized ("my token" -> "▁my▁token"), as tokenizers' id_to_token gives it
+  // and decode() uses it.
   std::string_view token_text(int32_t id) const;
   // Largest id + 1, over the model vocabulary and the added tokens.
   size_t vocab_size() const;
   // The id of a vocabulary string or added token, or -1.
   int32_t token_id(std::string_view piece) const;
-  // True for added tokens marked "special" (what decode's skip_special removes).
+  // True for the ids decode's skip_special removes: special added tokens, by their string as
+  // in tokenizers (so not a special token with normalized=true that its normalizer changes).
   bool is_special(int32_t id) const;
 
   struct Impl;  // tokenizer_impl.h

@@ -4,10 +4,18 @@
 // each component's serialization). Every "type" we do not implement is refused with the
 // list of those we do; every field that changes ids is read, and a value we cannot honour
 // is refused rather than ignored.
+//
+// Hostile nesting: the text is scanned for its nesting depth before it is parsed (a file
+// deeper than kMaxJsonDepth is refused without building anything), and Sequence components
+// may nest kMaxSequenceNesting deep. The location an error names is kept as a stack of path
+// segments and joined only when an error is reported, so walking N levels costs O(N).
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <new>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/utf8.h"
@@ -18,6 +26,61 @@ namespace colibri::tokenizer {
 namespace {
 
 using json = nlohmann::json;
+
+// Deepest nesting of JSON objects and arrays accepted. Real tokenizer.json files nest about
+// six deep; a normalizer Sequence costs two levels (the object and its array), so this leaves
+// room for kMaxSequenceNesting.
+constexpr size_t kMaxJsonDepth = 128;
+// Deepest nesting of Sequence components (a Sequence inside a Sequence ...) in the
+// normalizer, pre-tokenizer, post-processor and decoder. Real files use one or two.
+constexpr size_t kMaxSequenceNesting = 32;
+// An error naming a deeper path shows its first and last segments around an ellipsis.
+constexpr size_t kPathHeadSegments = 6;
+constexpr size_t kPathTailSegments = 2;
+
+// Joins path segments ("normalizer", ".normalizers[0]", ...), eliding the middle of a long
+// path: "normalizer.normalizers[0].normalizers[0].normalizers[0] ... .normalizers[0]".
+std::string join_path(const std::vector<std::string> &segments) {
+  std::string out;
+  const size_t n = segments.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (n > kPathHeadSegments + kPathTailSegments && i == kPathHeadSegments) {
+      out += util::strprintf(" ...(%zu more)... ", n - kPathHeadSegments - kPathTailSegments);
+      i = n - kPathTailSegments;
+    }
+    out += segments[i];
+  }
+  return out;
+}
+
+// Where a value sits in the file, as a stack of segments. str() builds the text; only error
+// paths call it.
+class JsonPath {
+ public:
+  explicit JsonPath(std::string root) { segments_.push_back(std::move(root)); }
+  std::string str() const { return join_path(segments_); }
+  std::string operator+(const char *suffix) const { return str() + suffix; }
+  std::string operator+(const std::string &suffix) const { return str() + suffix; }
+
+  // Appends a segment for the lifetime of the Step.
+  class Step {
+   public:
+    Step(JsonPath &path, std::string segment) : path_(path) { path_.segments_.push_back(std::move(segment)); }
+    ~Step() { path_.segments_.pop_back(); }
+    Step(const Step &) = delete;
+    Step &operator=(const Step &) = delete;
+
+   private:
+    JsonPath &path_;
+  };
+
+ private:
+  std::vector<std::string> segments_;
+};
+
+std::string element(const char *array_key, size_t index) {
+  return util::strprintf(".%s[%zu]", array_key, index);
+}
 
 // The GPT-2 split that ByteLevel applies when use_regex is true (byte_level.rs).
 constexpr const char *kGpt2Pattern =
@@ -33,14 +96,22 @@ std::string type_of(const json &j) {
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-Error refuse_type(const std::string &where, const std::string &type, const char *supported) {
+Error refuse_type(const JsonPath &where, const std::string &type, const char *supported) {
   if (type.empty()) return corrupt(where + " has no \"type\"");
-  return unsupported(util::strprintf("%s type \"%s\" is not supported (supported: %s)", where.c_str(), type.c_str(),
-                                     supported));
+  return unsupported(util::strprintf("%s type \"%s\" is not supported (supported: %s)", where.str().c_str(),
+                                     type.c_str(), supported));
+}
+
+// Checked before a Sequence reads its steps: a deeper one is refused, not recursed into.
+Error check_nesting(const JsonPath &where, size_t depth) {
+  if (depth < kMaxSequenceNesting) return {};
+  return corrupt(util::strprintf("%s nests Sequence components more than %zu deep (the limit; real files nest one "
+                                 "or two)",
+                                 where.str().c_str(), kMaxSequenceNesting));
 }
 
 // Optional fields: absent or null gives the default; a wrong JSON type is an error.
-Error read_bool(const json &j, const char *key, bool fallback, const std::string &where, bool *out) {
+Error read_bool(const json &j, const char *key, bool fallback, const JsonPath &where, bool *out) {
   *out = fallback;
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return {};
@@ -49,7 +120,7 @@ Error read_bool(const json &j, const char *key, bool fallback, const std::string
   return {};
 }
 
-Error read_string(const json &j, const char *key, const std::string &where, std::string *out, bool *present) {
+Error read_string(const json &j, const char *key, const JsonPath &where, std::string *out, bool *present) {
   out->clear();
   if (present) *present = false;
   auto it = j.find(key);
@@ -60,7 +131,7 @@ Error read_string(const json &j, const char *key, const std::string &where, std:
   return {};
 }
 
-Error read_size(const json &j, const char *key, const std::string &where, size_t *out) {
+Error read_size(const json &j, const char *key, const JsonPath &where, size_t *out) {
   *out = 0;
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return {};
@@ -69,15 +140,20 @@ Error read_size(const json &j, const char *key, const std::string &where, size_t
   return {};
 }
 
-Error read_id(const json &value, const std::string &where, int32_t *out) {
-  if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > INT32_MAX)
-    return corrupt(where + " must be a token id (an integer in 0..2147483647)");
+bool is_token_id(const json &value, int32_t *out) {
+  if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > INT32_MAX) return false;
   *out = static_cast<int32_t>(value.get<int64_t>());
-  return {};
+  return true;
+}
+Error not_a_token_id(const std::string &where) {
+  return corrupt(where + " must be a token id (an integer in 0..2147483647)");
+}
+Error read_id(const json &value, const std::string &where, int32_t *out) {
+  return is_token_id(value, out) ? Error() : not_a_token_id(where);
 }
 
 // A {"String": "..."} or {"Regex": "..."} pattern.
-Error read_pattern(const json &j, const std::string &where, std::string *literal,
+Error read_pattern(const json &j, const JsonPath &where, std::string *literal,
                    std::shared_ptr<const Regex> *regex) {
   auto it = j.find("pattern");
   if (it == j.end() || !it->is_object() || it->size() != 1)
@@ -97,7 +173,7 @@ Error read_pattern(const json &j, const std::string &where, std::string *literal
   return corrupt(where + ".pattern must be {\"String\": ...} or {\"Regex\": ...}");
 }
 
-Error read_single_char(const json &j, const char *key, const std::string &where, std::string *text, uint32_t *cp) {
+Error read_single_char(const json &j, const char *key, const JsonPath &where, std::string *text, uint32_t *cp) {
   bool present = false;
   if (Error e = read_string(j, key, where, text, &present)) return e;
   if (!present) return corrupt(where + "." + key + " is missing");
@@ -108,7 +184,7 @@ Error read_single_char(const json &j, const char *key, const std::string &where,
   return {};
 }
 
-Error read_prepend_scheme(const json &j, const std::string &where, PrependScheme *out) {
+Error read_prepend_scheme(const json &j, const JsonPath &where, PrependScheme *out) {
   std::string scheme;
   bool present = false;
   if (Error e = read_string(j, "prepend_scheme", where, &scheme, &present)) return e;
@@ -128,16 +204,19 @@ Error read_prepend_scheme(const json &j, const std::string &where, PrependScheme
 
 // ---- normalizer ----
 
-Error read_normalizer(const json &j, const std::string &where, Normalizer *out) {
+Error read_normalizer(const json &j, JsonPath &where, size_t depth, Normalizer *out) {
   if (j.is_null()) return {};
   if (!j.is_object()) return corrupt(where + " must be an object or null");
   const std::string type = type_of(j);
   NormalizerStep step;
   if (type == "Sequence") {
+    if (Error e = check_nesting(where, depth)) return e;
     auto it = j.find("normalizers");
     if (it == j.end() || !it->is_array()) return corrupt(where + ".normalizers must be an array");
-    for (size_t i = 0; i < it->size(); ++i)
-      if (Error e = read_normalizer((*it)[i], where + ".normalizers[" + std::to_string(i) + "]", out)) return e;
+    for (size_t i = 0; i < it->size(); ++i) {
+      const JsonPath::Step step_in(where, element("normalizers", i));
+      if (Error e = read_normalizer((*it)[i], where, depth + 1, out)) return e;
+    }
     return {};
   }
   if (type == "Prepend") {
@@ -166,16 +245,19 @@ Error read_normalizer(const json &j, const std::string &where, Normalizer *out) 
 
 // ---- pre-tokenizer ----
 
-Error read_pre_tokenizer(const json &j, const std::string &where, PreTokenizer *out) {
+Error read_pre_tokenizer(const json &j, JsonPath &where, size_t depth, PreTokenizer *out) {
   if (j.is_null()) return {};
   if (!j.is_object()) return corrupt(where + " must be an object or null");
   const std::string type = type_of(j);
   PreTokenizerStep step;
   if (type == "Sequence") {
+    if (Error e = check_nesting(where, depth)) return e;
     auto it = j.find("pretokenizers");
     if (it == j.end() || !it->is_array()) return corrupt(where + ".pretokenizers must be an array");
-    for (size_t i = 0; i < it->size(); ++i)
-      if (Error e = read_pre_tokenizer((*it)[i], where + ".pretokenizers[" + std::to_string(i) + "]", out)) return e;
+    for (size_t i = 0; i < it->size(); ++i) {
+      const JsonPath::Step step_in(where, element("pretokenizers", i));
+      if (Error e = read_pre_tokenizer((*it)[i], where, depth + 1, out)) return e;
+    }
     return {};
   }
   if (type == "ByteLevel") {
@@ -217,23 +299,26 @@ Error read_pre_tokenizer(const json &j, const std::string &where, PreTokenizer *
 
 // ---- post-processor ----
 
-Error read_cls_sep(const json &j, const char *key, const std::string &where, int32_t *id) {
+Error read_cls_sep(const json &j, const char *key, const JsonPath &where, int32_t *id) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_array() || it->size() != 2 || !(*it)[0].is_string())
     return corrupt(where + "." + key + " must be [\"token\", id]");
   return read_id((*it)[1], where + "." + key + "[1]", id);
 }
 
-Error read_post_processor(const json &j, const std::string &where, PostProcessor *out) {
+Error read_post_processor(const json &j, JsonPath &where, size_t depth, PostProcessor *out) {
   if (j.is_null()) return {};
   if (!j.is_object()) return corrupt(where + " must be an object or null");
   const std::string type = type_of(j);
   PostProcessorStep step;
   if (type == "Sequence") {
+    if (Error e = check_nesting(where, depth)) return e;
     auto it = j.find("processors");
     if (it == j.end() || !it->is_array()) return corrupt(where + ".processors must be an array");
-    for (size_t i = 0; i < it->size(); ++i)
-      if (Error e = read_post_processor((*it)[i], where + ".processors[" + std::to_string(i) + "]", out)) return e;
+    for (size_t i = 0; i < it->size(); ++i) {
+      const JsonPath::Step step_in(where, element("processors", i));
+      if (Error e = read_post_processor((*it)[i], where, depth + 1, out)) return e;
+    }
     return {};
   }
   if (type == "ByteLevel") {
@@ -249,29 +334,29 @@ Error read_post_processor(const json &j, const std::string &where, PostProcessor
     if (single == j.end() || !single->is_array()) return corrupt(where + ".single must be an array");
     for (size_t i = 0; i < single->size(); ++i) {
       const json &item = (*single)[i];
-      const std::string item_where = where + ".single[" + std::to_string(i) + "]";
+      auto item_where = [&] { return where + element("single", i); };
       PostProcessorStep::Item parsed;
       if (auto seq = item.find("Sequence"); item.is_object() && seq != item.end()) {
         auto id = seq->find("id");
         if (id == seq->end() || !id->is_string() || id->get<std::string>() != "A")
-          return corrupt(item_where + " refers to a sequence other than \"A\"");
+          return corrupt(item_where() + " refers to a sequence other than \"A\"");
         parsed.is_sequence = true;
       } else if (auto special = item.find("SpecialToken"); item.is_object() && special != item.end()) {
         auto name = special->find("id");
-        if (name == special->end() || !name->is_string()) return corrupt(item_where + ".SpecialToken.id must be a string");
+        if (name == special->end() || !name->is_string()) return corrupt(item_where() + ".SpecialToken.id must be a string");
         if (specials == j.end() || !specials->is_object() || !specials->contains(name->get<std::string>()))
-          return corrupt(item_where + " names \"" + name->get<std::string>() + "\", which special_tokens lacks");
+          return corrupt(item_where() + " names \"" + name->get<std::string>() + "\", which special_tokens lacks");
         const json &entry = (*specials)[name->get<std::string>()];
         auto ids = entry.find("ids");
         if (ids == entry.end() || !ids->is_array())
           return corrupt(where + ".special_tokens[\"" + name->get<std::string>() + "\"].ids must be an array");
         for (const json &id : *ids) {
           int32_t value = -1;
-          if (Error e = read_id(id, where + ".special_tokens ids", &value)) return e;
+          if (!is_token_id(id, &value)) return not_a_token_id(where + ".special_tokens ids");
           parsed.ids.push_back(value);
         }
       } else {
-        return corrupt(item_where + " must be {\"Sequence\": ...} or {\"SpecialToken\": ...}");
+        return corrupt(item_where() + " must be {\"Sequence\": ...} or {\"SpecialToken\": ...}");
       }
       step.single.push_back(std::move(parsed));
     }
@@ -284,17 +369,20 @@ Error read_post_processor(const json &j, const std::string &where, PostProcessor
 
 // ---- decoder ----
 
-Error read_decoder(const json &j, const std::string &where, Decoder *out) {
+Error read_decoder(const json &j, JsonPath &where, size_t depth, Decoder *out) {
   if (j.is_null()) return {};
   if (!j.is_object()) return corrupt(where + " must be an object or null");
   out->present = true;
   const std::string type = type_of(j);
   DecoderStep step;
   if (type == "Sequence") {
+    if (Error e = check_nesting(where, depth)) return e;
     auto it = j.find("decoders");
     if (it == j.end() || !it->is_array()) return corrupt(where + ".decoders must be an array");
-    for (size_t i = 0; i < it->size(); ++i)
-      if (Error e = read_decoder((*it)[i], where + ".decoders[" + std::to_string(i) + "]", out)) return e;
+    for (size_t i = 0; i < it->size(); ++i) {
+      const JsonPath::Step step_in(where, element("decoders", i));
+      if (Error e = read_decoder((*it)[i], where, depth + 1, out)) return e;
+    }
     return {};
   }
   if (type == "ByteLevel") {
@@ -328,7 +416,7 @@ Error read_decoder(const json &j, const std::string &where, Decoder *out) {
 // ---- model ----
 
 Error read_model(const json &j, BpeConfig *config) {
-  const std::string where = "model";
+  const JsonPath where("model");
   if (!j.is_object()) return corrupt("model must be an object");
   std::string type = type_of(j);
   if (type.empty() && j.contains("merges")) type = "BPE";  // old files leave BPE untagged
@@ -348,7 +436,7 @@ Error read_model(const json &j, BpeConfig *config) {
   config->vocab.reserve(vocab->size());
   for (auto it = vocab->begin(); it != vocab->end(); ++it) {
     int32_t id = -1;
-    if (Error e = read_id(it.value(), "model.vocab[\"" + it.key() + "\"]", &id)) return e;
+    if (!is_token_id(it.value(), &id)) return not_a_token_id("model.vocab[\"" + it.key() + "\"]");
     config->vocab.emplace(it.key(), id);
   }
   auto merges = j.find("merges");
@@ -388,7 +476,7 @@ Error read_added_tokens(const json &root, std::vector<AddedToken> *out) {
   if (!it->is_array()) return corrupt("added_tokens must be an array");
   for (size_t i = 0; i < it->size(); ++i) {
     const json &t = (*it)[i];
-    const std::string where = "added_tokens[" + std::to_string(i) + "]";
+    const JsonPath where("added_tokens[" + std::to_string(i) + "]");
     if (!t.is_object() || !t.contains("id") || !t.contains("content"))
       return corrupt(where + " must be an object with \"id\" and \"content\"");
     AddedToken token;
@@ -430,10 +518,27 @@ Error build_impl(const json &root, Tokenizer::Impl *impl) {
     auto it = root.find(key);
     return it == root.end() ? kNull : *it;
   };
-  if (Error e = read_normalizer(field("normalizer"), "normalizer", &impl->normalizer)) return e;
-  if (Error e = read_pre_tokenizer(field("pre_tokenizer"), "pre_tokenizer", &impl->pre_tokenizer)) return e;
-  if (Error e = read_post_processor(field("post_processor"), "post_processor", &impl->post_processor)) return e;
-  if (Error e = read_decoder(field("decoder"), "decoder", &impl->decoder)) return e;
+  {
+    JsonPath normalizer("normalizer"), pre_tokenizer("pre_tokenizer"), post_processor("post_processor"),
+        decoder("decoder");
+    if (Error e = read_normalizer(field("normalizer"), normalizer, 0, &impl->normalizer)) return e;
+    if (Error e = read_pre_tokenizer(field("pre_tokenizer"), pre_tokenizer, 0, &impl->pre_tokenizer)) return e;
+    if (Error e = read_post_processor(field("post_processor"), post_processor, 0, &impl->post_processor)) return e;
+    if (Error e = read_decoder(field("decoder"), decoder, 0, &impl->decoder)) return e;
+  }
+
+  // An added token with normalized=true is matched in normalized text, so its pattern is its
+  // content normalized (added_vocabulary.rs refresh_added_tokens). tokenizers 0.23 also gives
+  // that normalized form as the token's string (id_to_token) and decodes it: with a
+  // Prepend("▁") + Replace(" ", "▁") normalizer, "my token" decodes as "▁my▁token", so
+  // "this is my token ok" round-trips instead of losing the space before "my".
+  std::vector<std::string> token_text(impl->added_tokens.size());
+  for (size_t i = 0; i < impl->added_tokens.size(); ++i) {
+    const AddedToken &t = impl->added_tokens[i];
+    token_text[i] = t.content;
+    if (t.normalized)
+      if (Error e = impl->normalizer.apply(&token_text[i])) return e;
+  }
 
   // The id tables: the model's vocabulary, then added tokens (which win, as in tokenizers'
   // id_to_token).
@@ -448,12 +553,23 @@ Error build_impl(const json &root, Tokenizer::Impl *impl) {
     impl->id_text[static_cast<size_t>(id)] = text;
     impl->id_known[static_cast<size_t>(id)] = 1;
   }
-  for (const AddedToken &t : impl->added_tokens) {
-    impl->id_text[static_cast<size_t>(t.id)] = t.content;
+  TokenIndex special_contents;
+  for (size_t i = 0; i < impl->added_tokens.size(); ++i) {
+    const AddedToken &t = impl->added_tokens[i];
+    impl->id_text[static_cast<size_t>(t.id)] = token_text[i];
     impl->id_known[static_cast<size_t>(t.id)] = 1;
-    if (t.special) impl->id_special[static_cast<size_t>(t.id)] = 1;
     impl->added_index[t.content] = t.id;
+    if (t.special) special_contents.emplace(t.content, t.id);
   }
+  // decode(skip_special) drops a token whose string is the content of a special token
+  // (tokenizers tests the string, is_special_token(&token)): a special token with
+  // normalized=true whose normalized form differs is therefore kept, as there.
+  for (const AddedToken &t : impl->added_tokens)
+    if (special_contents.count(impl->id_text[static_cast<size_t>(t.id)])) impl->id_special[static_cast<size_t>(t.id)] = 1;
+  for (const auto &[content, added_id] : special_contents)
+    if (auto it = impl->model.vocab().find(content);
+        it != impl->model.vocab().end() && impl->id_text[static_cast<size_t>(it->second)] == content)
+      impl->id_special[static_cast<size_t>(it->second)] = 1;
   for (const PostProcessorStep &step : impl->post_processor.steps) {
     auto check = [&](int32_t id) -> Error {
       if (id < 0 || static_cast<size_t>(id) >= count || !impl->id_known[static_cast<size_t>(id)])
@@ -474,13 +590,12 @@ Error build_impl(const json &root, Tokenizer::Impl *impl) {
   std::vector<const AddedToken *> raw_tokens, normalized_tokens;
   std::vector<std::string> raw_patterns, normalized_patterns;
   bool any_single_word = false;
-  for (const AddedToken &t : impl->added_tokens) {
+  for (size_t i = 0; i < impl->added_tokens.size(); ++i) {
+    const AddedToken &t = impl->added_tokens[i];
     any_single_word = any_single_word || t.single_word;
     if (t.normalized) {
-      std::string pattern = t.content;
-      if (Error e = impl->normalizer.apply(&pattern)) return e;
       normalized_tokens.push_back(&t);
-      normalized_patterns.push_back(std::move(pattern));
+      normalized_patterns.push_back(token_text[i]);
     } else {
       raw_tokens.push_back(&t);
       raw_patterns.push_back(t.content);
@@ -498,10 +613,108 @@ Error build_impl(const json &root, Tokenizer::Impl *impl) {
   return {};
 }
 
+// ---- nesting depth of the text ----
+
+// The offset of the bracket that opens the first container nested deeper than kMaxJsonDepth,
+// or npos. One pass over the bytes, nothing allocated; exact for valid JSON (brackets inside
+// strings are skipped), and invalid JSON is refused by the parser whatever this returns.
+size_t find_too_deep(std::string_view text) {
+  size_t depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) return i;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::string_view::npos;
+}
+
+// Reads the text with nlohmann's SAX interface up to the container that is too deep and keeps
+// the path of the containers open there, for the error message. Runs only on that error path;
+// it stops at the limit, so it holds at most kMaxJsonDepth frames.
+class NestingPathFinder : public nlohmann::json_sax<json> {
+ public:
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t &) override { return value(); }
+  bool string(string_t &) override { return value(); }
+  bool binary(binary_t &) override { return value(); }
+  bool start_object(std::size_t) override { return open(false); }
+  bool start_array(std::size_t) override { return open(true); }
+  bool key(string_t &key) override {
+    frames_.back().key = key;
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t, const std::string &, const nlohmann::detail::exception &) override { return false; }
+
+  bool reached_limit() const { return reached_limit_; }
+  // "normalizer.normalizers[0].normalizers[0]...": where the too-deep container sits.
+  std::string path() const {
+    std::vector<std::string> segments;
+    for (const Frame &f : frames_) {
+      if (f.array) segments.push_back(util::strprintf("[%zu]", f.index));
+      else segments.push_back(segments.empty() ? f.key : "." + f.key);
+    }
+    return segments.empty() ? std::string("the top level") : join_path(segments);
+  }
+
+ private:
+  struct Frame {
+    bool array = false;
+    size_t index = 0;  // arrays: the element being read
+    std::string key;   // objects: the member being read
+  };
+  bool value() {  // an element of the innermost container is complete
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+    return true;
+  }
+  bool open(bool array) {
+    if (frames_.size() >= kMaxJsonDepth) {
+      reached_limit_ = true;
+      return false;
+    }
+    frames_.push_back(Frame{array, 0, {}});
+    return true;
+  }
+  bool close() {
+    frames_.pop_back();
+    return value();
+  }
+  std::vector<Frame> frames_;
+  bool reached_limit_ = false;
+};
+
+Error too_deep_error(std::string_view text, size_t offset) {
+  NestingPathFinder finder;
+  json::sax_parse(text.begin(), text.end(), &finder);
+  if (!finder.reached_limit()) return corrupt("not valid JSON (is this a tokenizer.json? it should start with '{')");
+  return corrupt(util::strprintf("objects and arrays nest more than %zu deep at byte %zu, in %s (the limit; real "
+                                 "files nest about six deep)",
+                                 kMaxJsonDepth, offset, finder.path().c_str()));
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view text, Error *error) {
   try {
+    if (const size_t at = find_too_deep(text); at != std::string_view::npos) {
+      *error = too_deep_error(text, at);
+      return nullptr;
+    }
     const json root = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
     if (root.is_discarded()) {
       *error = corrupt("not valid JSON (is this a tokenizer.json? it should start with '{')");

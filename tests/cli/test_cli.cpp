@@ -428,6 +428,51 @@ TEST_CASE("tokenize and detokenize round-trip text", "[cli][tokenizer]") {
   }
 }
 
+TEST_CASE("a model whose vocabulary is padded past its tokenizer's generates and decodes padding ids as no text",
+          "[cli][tokenizer]") {
+  // Qwen and OLMoE checkpoints have more embedding rows than tokenizer ids; Hugging Face decodes
+  // a padding id as empty text. The oracle fixture is converted with a tokenizer cut to ids
+  // 0..99 (and the merges that stay inside them), so the model's ids 100..511 are padding.
+  const std::string dir = temp_dir();
+  const std::string src = dir + "/padded";
+  std::filesystem::copy(kOracleDir, src);
+  json tok = read_json(src + "/tokenizer.json");
+  constexpr int kKept = 100;
+  json vocab = json::object();
+  for (auto it = tok["model"]["vocab"].begin(); it != tok["model"]["vocab"].end(); ++it)
+    if (it.value().get<int>() < kKept) vocab[it.key()] = it.value();
+  json merges = json::array();
+  for (const json &m : tok["model"]["merges"]) {
+    const std::string text = m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>();
+    const size_t space = text.find(' ');
+    const std::string a = text.substr(0, space), b = text.substr(space + 1);
+    if (vocab.contains(a) && vocab.contains(b) && vocab.contains(a + b)) merges.push_back(m);
+  }
+  tok["model"]["vocab"] = vocab;
+  tok["model"]["merges"] = merges;
+  std::ofstream(src + "/tokenizer.json") << tok.dump();
+  const std::string image = dir + "/padded.colibri";
+  REQUIRE(std::system((std::string(COLIBRI_MODEL_EXE) + " convert " + src + " -o " + image + " --quiet").c_str()) == 0);
+
+  // detokenize: a padding id adds nothing; an id past the model's 512 rows is a usage error.
+  Run plain = colibri("detokenize -m " + image + " --tokens 1,40,41");
+  REQUIRE(plain.exit_code == 0);
+  Run padded = colibri("detokenize -m " + image + " --tokens 1,40,300,41,511");
+  INFO(padded.err);
+  REQUIRE(padded.exit_code == 0);
+  CHECK(padded.out == plain.out);
+  Run outside = colibri("detokenize -m " + image + " --tokens 1,512");
+  CHECK(outside.exit_code == 2);
+  CHECK_THAT(outside.err, Contains("token 512 is outside the model's vocabulary (ids 0..511)"));
+
+  // run: the greedy tokens of the full tokenizer's prompt include padding ids here (most of the
+  // vocabulary is); generation goes to the end instead of failing on the first one.
+  Run run = colibri("run -m " + image + " -p 'The test is small' -n 48 --temp 0 --ignore-eos --raw");
+  INFO(run.err);
+  CHECK(run.exit_code == 0);
+  CHECK_THAT(run.err, Contains("generated 48 tokens") && Contains("finish: length"));
+}
+
 TEST_CASE("run without -m uses the bundled model and prints the reference greedy text", "[cli][bundled]") {
   bundled_image();
   const json reference = read_json(kBundledDir + "/reference.json");

@@ -4,10 +4,12 @@
 // streaming pieces concatenate to the whole text and can cancel, and context overflow is an
 // error.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <fstream>
 
 #include "runtime/generation.h"
 #include "runtime/oracle_support.h"
+#include "support/synthetic_model.h"
 
 using namespace colibri;
 
@@ -194,4 +196,39 @@ TEST_CASE("when the context fills up, the text of every generated token was deli
   CHECK(done);
   CHECK(piece.empty());
   CHECK(g->generated_tokens().size() == ids.size());
+}
+
+TEST_CASE("a generated id the tokenizer lacks is empty text, not the end of generation", "[generation]") {
+  // Qwen and OLMoE checkpoints have more embedding rows than tokenizer ids; a sampled padding
+  // id decodes to nothing in Hugging Face, and generation goes on. Here the bundled model
+  // runs with a tokenizer that has only its first 20 ids.
+  Error err;
+  auto small = tokenizer::Tokenizer::from_json(testing::tiny_tokenizer_json(20), &err);
+  REQUIRE(small);
+  REQUIRE(small->vocab_size() == 20);
+  auto s = session();
+  const auto prompt = encode("And God said,");
+  std::string text;
+  runtime::FinishReason reason;
+  Error e = runtime::generate(*s, *small, prompt, greedy(24), nullptr, &text, &reason);
+  INFO(e.message);
+  REQUIRE(e.ok());
+  CHECK(reason == runtime::FinishReason::Length);
+  // The pull interface, to see the ids: some are past the small tokenizer, and the text is
+  // what decoding all of them gives.
+  auto g = runtime::Generation::start(*s, *small, prompt, greedy(24), &err);
+  REQUIRE(g);
+  std::string streamed, piece;
+  bool done = false;
+  while (!done) {
+    REQUIRE(g->next(&piece, &done).ok());
+    streamed += piece;
+  }
+  const std::vector<int32_t> &ids = g->generated_tokens();
+  CHECK(ids.size() == 24);
+  CHECK(std::any_of(ids.begin(), ids.end(), [](int32_t id) { return id >= 20; }));
+  std::string expected;
+  REQUIRE(small->decode(ids.data(), ids.size(), false, &expected).ok());
+  CHECK(streamed == expected);
+  CHECK(text == expected);
 }

@@ -18,9 +18,16 @@ two fixture tokenizers with the library defaults. This script adds what those le
                          pre-tokenizer (String pattern, MergedWithPrevious behaviour)
     added_flags          added tokens with lstrip / rstrip / single_word / normalized=true and a
                          non-special added token
+    added_normalized     added tokens with normalized=true under the Llama Prepend/Replace
+                         normalizer (they decode in normalized form), special and not
+* core/tokenizer/normalizer_hf_unicode.inc: the code points whose normalization tokenizers' older
+  Unicode tables (9.0) do not know, and unicode_normalization.jsonl, NFC/NFD/NFKC/NFKD of texts
+  around each of them (write_unicode_table; it reads the system libutf8proc through ctypes)
 
-Run:  nice tools/.venv/bin/python tests/tokenizer/make_extra_fixtures.py
+Run:  nice tools/.venv/bin/python tests/tokenizer/make_extra_fixtures.py [--tokenizers-only]
 It rewrites tests/tokenizer/fixtures/ (deterministic: same versions -> same bytes).
+--tokenizers-only leaves chat_extra.json alone (it needs transformers and Jinja2; the rest needs
+only tokenizers==0.23.3).
 """
 from __future__ import annotations
 
@@ -50,6 +57,11 @@ EXTRA_TEXTS = [
     "a" * 300 + " " + "ab" * 200,
     "e\u0301 A\u030a \u1e9b\u0323 \ufb01 \u2460 \uff21",
     "▁already ▁metaspace ▁▁ chars",
+    # Issue 18: added tokens with normalized=true decode in their normalized form; Unicode marks
+    # newer than tokenizers' tables (Lao U+0EBA, Arabic U+089B) are not reordered by NFC.
+    "this is my token ok",
+    "the <x y> small mall ▁the end<x y>",
+    "\u0e81\u0ec8\u0eba \u0628\u089b\u064e \U00011935\U00011930",
 ]
 # One long input (the first 2000 characters of the training text): long words are cut where no
 # merge can cross (bpe.h, kCutMinWordBytes); this pins that the cut changes nothing.
@@ -144,12 +156,42 @@ def variant_added_flags(base: dict) -> dict:
     return d
 
 
+def variant_added_normalized(base: dict) -> dict:
+    """Added tokens with normalized=true under a Prepend("▁") + Replace(" ", "▁") normalizer:
+    tokenizers gives (and decodes) their normalized form, "my token" -> "▁my▁token"; one whose
+    content the vocabulary has ("▁the", "mall") takes that id and its normalized string; a special
+    one whose normalized form differs ("<x y>" -> "▁<x▁y>") is not skipped by skip_special_tokens."""
+    d = copy.deepcopy(base)
+    vocab = d["model"]["vocab"]
+    assert "▁the" in vocab and "mall" in vocab
+    next_id = max(max(vocab.values()), max(t["id"] for t in d["added_tokens"])) + 1
+
+    def add(content, **flags):
+        # A content the vocabulary has keeps its vocabulary id (as tokenizers writes the file);
+        # the others take the next ids in order (tokenizers numbers them so when it loads).
+        nonlocal next_id
+        tok = {"id": vocab.get(content, next_id), "content": content, "single_word": False, "lstrip": False,
+               "rstrip": False, "normalized": True, "special": False}
+        tok.update(flags)
+        d["added_tokens"].append(tok)
+        if content not in vocab:
+            next_id += 1
+
+    add("my token")
+    add("▁the")
+    add("mall")
+    add("<x y>", special=True)
+    add("<keep>", special=True, normalized=False)
+    return d
+
+
 VARIANTS = {
     "bytelevel_nfc": (BYTELEVEL, variant_bytelevel_nfc),
     "bytelevel_gpt2": (BYTELEVEL, variant_bytelevel_gpt2),
     "metaspace_llama": (LLAMA, variant_metaspace_llama),
     "metaspace_split": (LLAMA, variant_metaspace_split),
     "added_flags": (BYTELEVEL, variant_added_flags),
+    "added_normalized": (LLAMA, variant_added_normalized),
 }
 
 
@@ -211,6 +253,185 @@ def main() -> int:
     return 0
 
 
+
+
+# ---- Unicode normal forms: the code points tokenizers' tables lack -------------------------
+# tokenizers normalizes with the unicode-normalization-alignments crate, whose tables are older
+# (Unicode 9.0) than utf8proc's. A character assigned later is, to tokenizers, a starter with no
+# decomposition that composes with nothing; utf8proc gives it its combining class, decomposition
+# and compositions (NFC reorders U+0EBA LAO SIGN PALI VIRAMA, ccc 9, before a tone mark; HF does
+# not). The C++ normalizer (core/tokenizer/normalizer.cpp) normalizes the text between such
+# characters and copies them unchanged, which is what tokenizers does. This finds them: every
+# code point to which utf8proc gives a normalization property that tokenizers does not apply.
+
+UNICODE_TABLE = ROOT / "core" / "tokenizer" / "normalizer_hf_unicode.inc"
+NORMALIZATION_FIXTURE = OUT / "unicode_normalization.jsonl"
+# Markers that pin which Unicode version tokenizers' tables are: characters with a normalization
+# property added in 9.0 (normalized by tokenizers) and in 10.0 (left alone).
+UNICODE_9_MARKS = [0x08D4, 0x1E944, 0x1E94A]   # ARABIC SMALL HIGH WORD AR-RUB, ADLAM ALIF LENGTHENER, ADLAM NUKTA
+UNICODE_10_MARKS = [0x1DF6, 0x0D3B, 0x11A34]   # COMBINING KAVYKA ABOVE RIGHT, MALAYALAM VERTICAL BAR VIRAMA, ZANABAZAR VIRAMA
+HIGH_MARK = "\u0345"  # ccc 240, the largest: any known mark with a smaller class moves before it
+
+
+class _Utf8proc:
+    """The system libutf8proc (the library the C++ build links), through ctypes."""
+
+    def __init__(self):
+        import ctypes
+        import ctypes.util
+
+        self.ctypes = ctypes
+        self.lib = ctypes.CDLL(ctypes.util.find_library("utf8proc") or "libutf8proc.so.2")
+        self.libc = ctypes.CDLL(ctypes.util.find_library("c"))
+
+        class Property(ctypes.Structure):  # the leading fields of utf8proc_property_t
+            _fields_ = [("category", ctypes.c_int16), ("combining_class", ctypes.c_int16)]
+
+        self.lib.utf8proc_get_property.restype = ctypes.POINTER(Property)
+        self.lib.utf8proc_unicode_version.restype = ctypes.c_char_p
+        for name in ("utf8proc_NFD", "utf8proc_NFKD", "utf8proc_NFC", "utf8proc_NFKC"):
+            getattr(self.lib, name).restype = ctypes.c_void_p
+            getattr(self.lib, name).argtypes = [ctypes.c_char_p]
+        self.version = self.lib.utf8proc_unicode_version().decode()
+
+    def ccc(self, cp: int) -> int:
+        return self.lib.utf8proc_get_property(cp).contents.combining_class
+
+    def map(self, form: str, text: str) -> str:
+        ptr = getattr(self.lib, "utf8proc_" + form)(text.encode("utf-8"))
+        out = self.ctypes.string_at(ptr).decode("utf-8")
+        self.libc.free(self.ctypes.c_void_p(ptr))
+        return out
+
+
+def _hf_normalizers():
+    from tokenizers import normalizers
+    return {name: getattr(normalizers, name)() for name in ("NFC", "NFD", "NFKC", "NFKD")}
+
+
+def _code_points():
+    return (cp for cp in range(1, 0x110000) if not 0xD800 <= cp <= 0xDFFF)
+
+
+def hf_unknown_code_points(u8: _Utf8proc, hf) -> list[int]:
+    unknown = set()
+    decomposing = {}  # cp -> utf8proc NFD, for the characters both sides decompose alike
+    for cp in _code_points():
+        c = chr(cp)
+        ccc = u8.ccc(cp)
+        nfd, nfkd = u8.map("NFD", c), u8.map("NFKD", c)
+        if ccc == 0 and nfd == c and nfkd == c:
+            continue
+        probe = "a" + HIGH_MARK + c
+        if (hf["NFD"].normalize_str(c) != nfd or hf["NFKD"].normalize_str(c) != nfkd
+                or (ccc and hf["NFD"].normalize_str(probe) != u8.map("NFD", probe))):
+            unknown.add(cp)
+        elif nfd != c:
+            decomposing[cp] = nfd
+    # A new composite's parts (U+11938 = U+11935 U+11930, Unicode 13) are starters with no
+    # properties of their own, but utf8proc composes them; tokenizers does not. Take the parts
+    # that no decomposition tokenizers knows uses.
+    known_parts = {ord(ch) for nfd in decomposing.values() for ch in nfd}
+    for cp in sorted(unknown):
+        nfd = u8.map("NFD", chr(cp))
+        if nfd != chr(cp) and u8.map("NFC", nfd) == chr(cp):
+            unknown.update(ord(ch) for ch in nfd if ord(ch) not in known_parts)
+    # What "unknown" means: tokenizers leaves the character alone in every form and context.
+    for cp in unknown:
+        c = chr(cp)
+        probe = "a" + HIGH_MARK + c + "\u0301"
+        for name, n in hf.items():
+            assert n.normalize_str(c) == c, (hex(cp), name)
+        assert hf["NFD"].normalize_str(probe) == "a" + HIGH_MARK + c + "\u0301", hex(cp)
+    for cp in UNICODE_9_MARKS:
+        assert cp not in unknown, f"U+{cp:04X} (Unicode 9.0) should be known to tokenizers"
+    for cp in UNICODE_10_MARKS:
+        assert cp in unknown, f"U+{cp:04X} (Unicode 10.0) should be unknown to tokenizers"
+    return sorted(unknown)
+
+
+def _ranges(cps: list[int]) -> list[tuple[int, int]]:
+    out = []
+    for cp in cps:
+        if out and out[-1][1] + 1 == cp:
+            out[-1] = (out[-1][0], cp)
+        else:
+            out.append((cp, cp))
+    return out
+
+
+def normalization_texts(u8: _Utf8proc, unknown: list[int]) -> list[str]:
+    """Inputs that tell the two tables apart: each unknown character between marks of lower and
+    higher class, after a base it could compose with, and its compositions; plus controls."""
+    texts = []
+    for cp in unknown:
+        c = chr(cp)
+        # Would move before U+0345 if known; marks after it are reordered only up to it, and
+        # the acute does not compose across it with the "e".
+        texts.append("a" + HIGH_MARK + c + "\u0301 e" + c + "\u0301\u0316 x")
+        nfd = u8.map("NFD", c)
+        if nfd != c:
+            texts.append(nfd)                                # the parts, which utf8proc composes
+    texts += [
+        "\u0e81\u0ec8\u0eba ok",               # issue 18: Lao tone mark then pali virama
+        "\u0628\u089b\u064e ok",               # issue 18: Arabic low mark then fatha
+        "\U00011935\U00011930 \U00011938",     # Dives Akuru O: composed by utf8proc, not by tokenizers
+        "e\u0301 A\u030a \u1e9b\u0323 \ufb01 \u2460 \uff21 \u00c5\u0328",  # known to both
+        "\u0915\u093c\u094d \u1100\u1161\u11a8 \uac00\u11a8",             # nukta, Hangul
+        "a\u0345\U0001e944\u0301",             # ADLAM ALIF LENGTHENER (9.0): known, reordered
+    ]
+    return texts
+
+
+def write_unicode_table() -> None:
+    u8 = _Utf8proc()
+    hf = _hf_normalizers()
+    unknown = hf_unknown_code_points(u8, hf)
+    ranges = _ranges(unknown)
+    lines = [
+        "// core/tokenizer/normalizer_hf_unicode.inc — GENERATED by tests/tokenizer/make_extra_fixtures.py",
+        "// (write_unicode_table); do not edit. Included by normalizer.cpp.",
+        "//",
+        "// The code points to which utf8proc (Unicode %s here) gives a combining class, a" % u8.version,
+        "// decomposition or a composition, and which Hugging Face tokenizers %s leaves alone in" % tokenizers.__version__,
+        "// NFC, NFD, NFKC and NFKD: its tables (the unicode-normalization-alignments crate) are",
+        "// Unicode 9.0, and these were assigned later. To tokenizers each is a starter that composes",
+        "// with nothing, so normalization never crosses it. %d code points in %d ranges." % (len(unknown), len(ranges)),
+        "",
+        "// utf8proc_unicode_version() of the library this table was checked against. A newer",
+        "// utf8proc may know characters this table lacks (tests/tokenizer/test_units.cpp checks).",
+        'constexpr const char *kHfUnknownCheckedAgainst = "%s";' % u8.version,
+        'constexpr const char *kHfNormalizerUnicode = "9.0.0";',
+        "",
+        "constexpr CodePointRange kHfUnknownCodePoints[] = {",
+    ]
+    row = []
+    for first, last in ranges:
+        row.append("{0x%04X, 0x%04X}," % (first, last))
+        if len(row) == 5:
+            lines.append("    " + " ".join(row))
+            row = []
+    if row:
+        lines.append("    " + " ".join(row))
+    lines.append("};")
+    UNICODE_TABLE.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {UNICODE_TABLE.relative_to(ROOT)} ({len(unknown)} code points, {len(ranges)} ranges, "
+          f"utf8proc Unicode {u8.version})")
+
+    texts = normalization_texts(u8, unknown)
+    meta = {"kind": "meta", "versions": {"tokenizers": tokenizers.__version__, "utf8proc_unicode": u8.version},
+            "generator": "tests/tokenizer/make_extra_fixtures.py",
+            "fields": {"expected": "tokenizers.normalizers.<form>().normalize_str(text)",
+                       "utf8proc_differs": "utf8proc alone gives another result (what the table corrects)"}}
+    recs = []
+    for text in texts:
+        for form, n in hf.items():
+            expected = n.normalize_str(text)
+            recs.append({"kind": "normalize", "form": form, "text": text, "expected": expected,
+                         "utf8proc_differs": u8.map(form, text) != expected})
+    write_jsonl(NORMALIZATION_FIXTURE, meta, recs)
+    print(f"wrote {NORMALIZATION_FIXTURE.relative_to(ROOT)} ({len(recs)} records, "
+          f"{sum(r['utf8proc_differs'] for r in recs)} where utf8proc alone differs)")
 
 
 # ---- chat templates -------------------------------------------------------------------------
@@ -432,4 +653,6 @@ def write_chat_fixture() -> None:
 
 if __name__ == "__main__":
     main()
-    write_chat_fixture()
+    write_unicode_table()
+    if "--tokenizers-only" not in sys.argv[1:]:
+        write_chat_fixture()

@@ -3,10 +3,12 @@
 // Shared fixtures (tools/oracle/make_fixtures.py): tests/fixtures/tokenizer/<name>.expected.jsonl
 // for the two fixture tokenizers. Extra fixtures (tests/tokenizer/make_extra_fixtures.py):
 // tests/tokenizer/fixtures/<name>.extra.jsonl, which add the special-tokens-as-text mode and
-// edited variants (NFC, GPT-2 ByteLevel regex, Metaspace, added-token flags).
+// edited variants (NFC, GPT-2 ByteLevel regex, Metaspace, added-token flags, normalized added
+// tokens), and unicode_normalization.jsonl (the four normal forms where utf8proc alone differs).
 #include <string>
 #include <vector>
 
+#include "tokenizer/components.h"
 #include "tokenizer_test_support.h"
 
 using namespace tokenizer_test;
@@ -23,7 +25,7 @@ const char *const kExtraFixtures[] = {
     "tests/tokenizer/fixtures/bytelevel_bpe.extra.jsonl",  "tests/tokenizer/fixtures/llama_bpe.extra.jsonl",
     "tests/tokenizer/fixtures/bytelevel_nfc.extra.jsonl",  "tests/tokenizer/fixtures/bytelevel_gpt2.extra.jsonl",
     "tests/tokenizer/fixtures/metaspace_llama.extra.jsonl", "tests/tokenizer/fixtures/metaspace_split.extra.jsonl",
-    "tests/tokenizer/fixtures/added_flags.extra.jsonl",
+    "tests/tokenizer/fixtures/added_flags.extra.jsonl",    "tests/tokenizer/fixtures/added_normalized.extra.jsonl",
 };
 
 struct Fixture {
@@ -122,7 +124,7 @@ TEST_CASE("decode(encode(x)) == x for the byte-level tokenizer, and == the token
 TEST_CASE("extra fixtures: variants and special tokens read as text match tokenizers", "[parity]") {
   for (const char *path : kExtraFixtures) {
     Fixture f = load_fixture(path);
-    REQUIRE(f.encodes.size() == 56);
+    REQUIRE(f.encodes.size() == 59);
     for (const json &r : f.encodes) {
       INFO(path << " entry " << r["id"] << ": " << r["text"].dump());
       const std::string input = record_input(r);
@@ -162,4 +164,50 @@ TEST_CASE("streaming decode of every corpus entry concatenates to the full decod
       else CHECK(colibri::tokenizer::utf8_is_valid(streamed));
     }
   }
+}
+
+TEST_CASE("the four normal forms equal tokenizers' around every character its Unicode 9.0 tables lack", "[parity][unicode]") {
+  using colibri::tokenizer::Normalizer;
+  using colibri::tokenizer::NormalizerStep;
+  const std::vector<json> records = read_jsonl(source_path("tests/tokenizer/fixtures/unicode_normalization.jsonl"));
+  REQUIRE(records.size() > 1000);
+  REQUIRE(records[0]["kind"] == "meta");
+  auto normalizer_for = [](const std::string &form) {
+    Normalizer n;
+    NormalizerStep step;
+    if (form == "NFC") step.kind = NormalizerStep::Kind::Nfc;
+    else if (form == "NFD") step.kind = NormalizerStep::Kind::Nfd;
+    else if (form == "NFKC") step.kind = NormalizerStep::Kind::Nfkc;
+    else step.kind = NormalizerStep::Kind::Nfkd;
+    n.steps.push_back(step);
+    return n;
+  };
+  size_t corrected = 0;
+  for (size_t i = 1; i < records.size(); ++i) {
+    const json &r = records[i];
+    INFO(r["form"].get<std::string>() << " of " << r["text"].dump());
+    std::string text = r["text"].get<std::string>();
+    REQUIRE(normalizer_for(r["form"].get<std::string>()).apply(&text).ok());
+    CHECK(text == r["expected"].get<std::string>());
+    corrected += r["utf8proc_differs"].get<bool>();
+  }
+  // Most records are ones where utf8proc alone gives another answer: the table is exercised.
+  CHECK(corrected > 500);
+}
+
+TEST_CASE("the table of characters tokenizers does not normalize covers this utf8proc's Unicode", "[parity][unicode]") {
+  // normalizer_hf_unicode.inc lists what utf8proc (up to the version it was generated
+  // against) knows and tokenizers' Unicode 9.0 tables do not. A newer utf8proc may know more:
+  // rerun tests/tokenizer/make_extra_fixtures.py against it.
+  auto parse = [](const std::string &v) {
+    std::vector<int> parts;
+    std::stringstream in(v);
+    for (std::string item; std::getline(in, item, '.');) parts.push_back(std::stoi(item));
+    return parts;
+  };
+  const std::string library = colibri::tokenizer::normalizer_unicode_version();
+  const std::string table = colibri::tokenizer::normalizer_table_unicode_version();
+  INFO("utf8proc has Unicode " << library << "; the table was generated against " << table);
+  CHECK(parse(library) <= parse(table));
+  CHECK(std::string(colibri::tokenizer::tokenizers_unicode_version()) == "9.0.0");
 }

@@ -123,3 +123,71 @@ TEST_CASE("truncation and padding settings are accepted and do not change ids", 
   REQUIRE(tok != nullptr);
   CHECK(encode(*tok, "hello world", false, false).size() == 5);
 }
+
+namespace {
+
+// A tokenizer.json whose normalizer is `levels` Sequences, each holding the next, around one
+// NFC step. Built as text: a json value this deep is what the loader must never be asked to build.
+std::string nested_normalizer(size_t levels) {
+  std::string text = R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "normalizer": )";
+  text.reserve(text.size() + levels * 48);
+  for (size_t i = 0; i < levels; ++i) text += R"({"type": "Sequence", "normalizers": [)";
+  text += R"({"type": "NFC"})";
+  for (size_t i = 0; i < levels; ++i) text += "]}";
+  text += "}";
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("a normalizer Sequence nested 10k or 100k deep is refused before anything is built", "[refuse][depth]") {
+  for (size_t levels : {size_t{10000}, size_t{100000}}) {
+    INFO(levels << " levels");
+    colibri::Error error;
+    CHECK(Tokenizer::from_json(nested_normalizer(levels), &error) == nullptr);
+    CHECK(error.kind == colibri::ErrorKind::Corrupt);
+    // The limit, where it was hit, and the start of the path to it.
+    CHECK_THAT(error.message, Catch::Contains("objects and arrays nest more than 128 deep at byte "));
+    CHECK_THAT(error.message, Catch::StartsWith("tokenizer.json: ") &&
+                                  Catch::Contains("in normalizer.normalizers[0].normalizers[0].normalizers ...(") &&
+                                  Catch::Contains(" more)... [0].normalizers (the limit"));
+  }
+}
+
+TEST_CASE("JSON nesting is counted outside strings only, and at the limit a file still loads", "[refuse][depth]") {
+  // Brackets inside a string (escaped quotes included) are text, not nesting.
+  json j = json::parse(read_file(source_path(kLlama)));
+  j["unused"] = std::string(1000, '[') + "\\\"" + std::string(1000, '{');
+  colibri::Error error;
+  CHECK(Tokenizer::from_json(j.dump(), &error) != nullptr);
+  INFO(error.message);
+  // An unused member 127 arrays deep under the top-level object: depth 128, accepted.
+  j = json::parse(read_file(source_path(kLlama)));
+  json deep = json::array();
+  for (int i = 0; i < 126; ++i) deep = json::array({deep});
+  j["unused"] = deep;
+  CHECK(Tokenizer::from_json(j.dump(), &error) != nullptr);
+  j["unused"] = json::array({deep});  // 129
+  CHECK(Tokenizer::from_json(j.dump(), &error) == nullptr);
+  CHECK_THAT(error.message, Catch::Contains("nest more than 128 deep") && Catch::Contains("in unused[0][0][0][0][0] ...("));
+}
+
+TEST_CASE("Sequence components nest at most 32 deep, and the error names the path", "[refuse][depth]") {
+  colibri::Error error;
+  CHECK(Tokenizer::from_json(nested_normalizer(32), &error) != nullptr);
+  INFO(error.message);
+  CHECK(Tokenizer::from_json(nested_normalizer(33), &error) == nullptr);
+  CHECK(error.kind == colibri::ErrorKind::Corrupt);
+  CHECK(error.message ==
+        "tokenizer.json: normalizer.normalizers[0].normalizers[0].normalizers[0].normalizers[0].normalizers[0] "
+        "...(25 more)... .normalizers[0].normalizers[0] nests Sequence components more than 32 deep (the "
+        "limit; real files nest one or two)");
+  // The same limit holds for the decoder (and the pre-tokenizer and post-processor, same code).
+  json j = json::parse(read_file(source_path(kLlama)));
+  json decoder = {{"type", "Fuse"}};
+  for (int i = 0; i < 40; ++i) decoder = {{"type", "Sequence"}, {"decoders", json::array({decoder})}};
+  j["decoder"] = decoder;
+  CHECK(Tokenizer::from_json(j.dump(), &error) == nullptr);
+  CHECK_THAT(error.message, Catch::StartsWith("tokenizer.json: decoder.decoders[0]") &&
+                                Catch::Contains("nests Sequence components more than 32 deep"));
+}

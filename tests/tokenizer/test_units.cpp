@@ -81,16 +81,33 @@ TEST_CASE("the vocabulary queries agree with the file", "[api]") {
   CHECK(bytelevel->token_text(220) == "\xC4\xA0");  // "Ġ"
 }
 
-TEST_CASE("decoding an id outside the vocabulary is an error naming the id", "[api]") {
+TEST_CASE("an id the tokenizer lacks decodes to no text, as in tokenizers, and a negative id is an error", "[api]") {
+  // Checkpoints pad the model's vocabulary past the tokenizer's (Qwen2: 151936 rows, 151665
+  // tokens); tokenizers' decode drops such ids (decode filter_maps id_to_token).
   auto tok = load_tokenizer(kByteLevel);
-  const std::vector<int32_t> ids = {64, 512};
+  REQUIRE(tok->vocab_size() == 512);
+  const std::vector<int32_t> with_padding = {64, 512, 65, 100000, 66};
+  const std::vector<int32_t> without = {64, 65, 66};
+  CHECK(decode_all(*tok, with_padding, false) == decode_all(*tok, without, false));
+  CHECK(decode_all(*tok, {512}, false).empty());
+  CHECK(decode_all(*tok, {512}, true).empty());
+
+  const std::vector<int32_t> negative = {64, -3};
   std::string text = "stale";
-  colibri::Error error = tok->decode(ids.data(), ids.size(), false, &text);
+  colibri::Error error = tok->decode(negative.data(), negative.size(), false, &text);
   CHECK(error.kind == colibri::ErrorKind::InvalidArgument);
-  CHECK_THAT(error.message, Catch::Contains("token id 512 (position 1)"));
+  CHECK_THAT(error.message, Catch::Contains("token id -3 (position 1) is negative"));
   CHECK(text.empty());
+
+  // Streaming (what generation uses): a padding id is an empty piece, and the stream goes on.
   StreamDecoder stream(*tok);
-  std::string piece;
+  std::string piece, all;
+  for (int32_t id : with_padding) {
+    REQUIRE(stream.push(id, &piece).ok());
+    all += piece;
+  }
+  REQUIRE(stream.flush(&piece).ok());
+  CHECK(all + piece == decode_all(*tok, without, false));
   CHECK(stream.push(-3, &piece).kind == colibri::ErrorKind::InvalidArgument);
 }
 
@@ -207,4 +224,30 @@ TEST_CASE("a byte run that turns invalid after a whole character keeps streaming
   CHECK(all.find('h') != std::string::npos);  // and the stream went on after the bad byte
   CHECK(all.size() >= 3 + 3 + 1 + 3);
   CHECK(all.find("\xEF\xBF\xBD") != std::string::npos);  // the stray byte became U+FFFD
+}
+
+TEST_CASE("an added token with normalized=true decodes in its normalized form, as in tokenizers", "[api]") {
+  // The Llama normalizer is Prepend("▁") + Replace(" ", "▁"): "my token" is matched as
+  // "▁my▁token", and tokenizers 0.23.3 gives and decodes that form (its id_to_token), so the
+  // space before "my" survives. Values from tokenizers (make_extra_fixtures.py, added_normalized).
+  json j = json::parse(read_file(source_path(kLlama)));
+  const int32_t id = 512;
+  REQUIRE(j["model"]["vocab"].size() == 512);
+  j["added_tokens"].push_back({{"id", id}, {"content", "my token"}, {"single_word", false}, {"lstrip", false},
+                               {"rstrip", false}, {"normalized", true}, {"special", false}});
+  j["added_tokens"].push_back({{"id", id + 1}, {"content", "<x y>"}, {"single_word", false}, {"lstrip", false},
+                               {"rstrip", false}, {"normalized", true}, {"special", true}});
+  colibri::Error error;
+  auto tok = Tokenizer::from_json(j.dump(), &error);
+  REQUIRE(tok);
+  const std::vector<int32_t> ids = encode(*tok, "this is my token ok", false, false);
+  CHECK(std::count(ids.begin(), ids.end(), id) == 1);
+  CHECK(decode_all(*tok, ids, false) == "this is my token ok");
+  CHECK(tok->token_text(id) == "\xE2\x96\x81my\xE2\x96\x81token");  // "▁my▁token"
+  CHECK(tok->token_id("my token") == id);                              // by content, as token_to_id
+  CHECK(decode_all(*tok, {id}, false) == "my token");                   // Strip drops the leading space
+  // tokenizers skips a special token by its string, which for this one is "▁<x▁y>", not its
+  // content: skip_special keeps it.
+  CHECK_FALSE(tok->is_special(id + 1));
+  CHECK(decode_all(*tok, {5, id + 1, 5}, true) == decode_all(*tok, {5, id + 1, 5}, false));
 }
