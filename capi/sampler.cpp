@@ -1,8 +1,5 @@
 // capi/sampler.cpp — colibri_sampler_*: the engine's sampler chain (runtime/sampler.h) as a
 // standalone handle, and the options conversion the generation calls share.
-#include <cmath>
-#include <limits>
-
 #include "capi/internal.h"
 #include "runtime/sampler.h"
 
@@ -91,19 +88,9 @@ COLIBRI_API void colibri_sampler_free(colibri_sampler *sampler) {
 COLIBRI_API int32_t colibri_sampler_sample(colibri_sampler *sampler, const float *logits, int32_t *token) {
   return capi::guard(__func__, [&]() -> int32_t {
     COLIBRI_REQUIRE_ARG(sampler && logits && token, "sampler, logits and token must not be NULL");
-    // -inf masks a token; NaN and +inf have no meaning as a logit (the engine's own logits
-    // pass its non-finite guard before they reach the sampler, so only here are they checked).
-    const size_t vocab = capi::impl(sampler)->vocab_size;
-    bool any_candidate = false;
-    for (size_t i = 0; i < vocab; ++i) {
-      const float l = logits[i];
-      if (std::isnan(l) || l == std::numeric_limits<float>::infinity())
-        return capi::fail(COLIBRI_ERROR_NON_FINITE, "logits[" + std::to_string(i) + "] is " + (std::isnan(l) ? "NaN" : "+inf") +
-                                                        ": the sampler takes finite logits (-inf masks a token)");
-      any_candidate = any_candidate || l != -std::numeric_limits<float>::infinity();
-    }
-    COLIBRI_REQUIRE_ARG(any_candidate, "every logit is -inf: no token can be sampled");
-    *token = capi::impl(sampler)->sampler.sample(logits);
+    // The engine's sampler checks the row in its copy pass: NaN or +inf → NON_FINITE naming
+    // the index, every logit -inf → INVALID_ARGUMENT; no id is returned from such a row.
+    if (Error e = capi::impl(sampler)->sampler.sample(logits, token)) return capi::fail(e);
     return COLIBRI_OK;
   });
 }

@@ -131,7 +131,11 @@ COLIBRI_API const char *colibri_version_string(void);
  * tokenizer component or chat-template construct it does not implement, an option value or
  * an options field this library version does not know. */
 #define COLIBRI_ERROR_UNSUPPORTED (-5)
-/* NaN or Inf reached a guarded stage and the non-finite policy is COLIBRI_NON_FINITE_ERROR. */
+/* NaN or Inf came out of a guarded stage of the forward pass (the non-finite policy is
+ * COLIBRI_NON_FINITE_ERROR, or the stage is the final norm or the logits, which are always
+ * checked), or a caller's logits hold NaN or +inf (colibri_sampler_sample). The message
+ * names the stage and the position, e.g. "logits are not finite at position 5 of sequence 0
+ * (stage: output_norm; batch row 0)". No token is generated from such logits. */
 #define COLIBRI_ERROR_NON_FINITE (-6)
 /* An allocation failed. The handle involved is still valid. */
 #define COLIBRI_ERROR_OUT_OF_MEMORY (-7)
@@ -206,7 +210,11 @@ COLIBRI_API const char *colibri_dtype_name(uint32_t dtype);
 #define COLIBRI_ADVICE_RANDOM 3
 #define COLIBRI_ADVICE_HUGEPAGE 4
 
-/* What happens when NaN or Inf reaches a guarded stage (the MoE input of a layer). */
+/* What happens when NaN or Inf comes out of a guarded stage of the forward pass: the token
+ * embedding, and in every layer the attention output, the MoE input and the MoE or dense FFN
+ * output. The final norm and the logits are checked too, and a non-finite row there always
+ * fails with COLIBRI_ERROR_NON_FINITE (a zeroed row would make every token equally likely).
+ * Each check is one pass over a row just written (docs/numerics.md gives the cost). */
 #define COLIBRI_NON_FINITE_DEFAULT 0 /* model options: ERROR; session options: the model's */
 #define COLIBRI_NON_FINITE_ERROR 1   /* the call fails with COLIBRI_ERROR_NON_FINITE */
 #define COLIBRI_NON_FINITE_ZERO 2    /* zero the row, count it in colibri_stats.non_finite_rows */
@@ -639,7 +647,8 @@ COLIBRI_API void colibri_sampler_free(colibri_sampler *sampler);
 /* Picks a token from logits[0..vocab_size) (not modified). Does not record it: call
  * colibri_sampler_accept with the token actually used. A logit of -inf masks its token.
  * Errors: NON_FINITE (a NaN or +inf logit; the message names its index), INVALID_ARGUMENT
- * (NULL, or every logit -inf). One thread at a time per sampler. */
+ * (NULL, or every logit -inf); on an error *token is not written. One thread at a time per
+ * sampler. */
 COLIBRI_API int32_t colibri_sampler_sample(colibri_sampler *sampler, const float *logits, int32_t *token);
 
 /* Records a token (prompt or generated) in the penalty history. Errors: INVALID_ARGUMENT (a
@@ -693,8 +702,9 @@ typedef int32_t (*colibri_piece_fn)(void *user, const char *piece, size_t piece_
  * Cancellation by the callback is not an error: the status is COLIBRI_OK.
  * Errors: INVALID_ARGUMENT (empty prompt, bad option), CONTEXT_FULL (the prompt does not fit,
  * or the context filled up before max_tokens: the text so far was delivered), UNSUPPORTED (no
- * tokenizer), BAD_STATE (a stream is open), NON_FINITE, CALLBACK, OUT_OF_MEMORY.
- * One thread at a time per session. */
+ * tokenizer), BAD_STATE (a stream is open), NON_FINITE (generation stops: the message names
+ * the stage and the position; no token is sampled from non-finite logits), CALLBACK,
+ * OUT_OF_MEMORY. One thread at a time per session. */
 COLIBRI_API int32_t colibri_generate(colibri_session *session, const int32_t *prompt, size_t prompt_count,
                                      const colibri_generate_options *options, colibri_piece_fn on_piece,
                                      void *user, colibri_generate_result *result);

@@ -4,7 +4,8 @@
  * oracle, sampling, generation (callback with cancel, pull stream), the MoE layer API with
  * routes and an expert callback, stats, logging, and handle lifetime rules.
  *
- * Usage: test_capi IMAGE   (IMAGE: tests/fixtures/oracle/mixtral_gqa converted by colibri-model)
+ * Usage: test_capi IMAGE TMPDIR   (IMAGE: tests/fixtures/oracle/mixtral_gqa converted by
+ * colibri-model; TMPDIR: a scratch directory that also holds the NaN images make_nan_image wrote)
  * The oracle's ids and the logits file come from compile definitions (tests/capi/CMakeLists.txt). */
 #include <math.h>
 #include <stddef.h>
@@ -552,6 +553,11 @@ static void test_sampler(void) {
     }
     for (i = 0; i < 8; ++i) odd[i] = -INFINITY;
     CHECK_STATUS(colibri_sampler_sample(sampler, odd, &token), COLIBRI_ERROR_INVALID_ARGUMENT);
+    /* An all-NaN row (what a NaN weight after the last MoE input makes): never an id. */
+    for (i = 0; i < 8; ++i) odd[i] = (float)NAN;
+    token = -7;
+    CHECK_STATUS(colibri_sampler_sample(sampler, odd, &token), COLIBRI_ERROR_NON_FINITE);
+    CHECK(token == -7);
   }
   colibri_sampler_free(sampler);
   /* Seeded sampling reproduces. */
@@ -862,6 +868,61 @@ static void test_non_finite_policy(void) {
   colibri_session_free(lenient);
 }
 
+/* NaN after the last MoE input (issue 18, item 7): the tiny synthetic model with its final
+ * norm, or its last layer's experts, all NaN (written by make_nan_image into TMPDIR). Every
+ * form of generation stops with NON_FINITE naming the stage and the position; no token comes
+ * out, and the session holds no logits to read. */
+static void test_non_finite_generation(const char *dir) {
+  static const struct {
+    const char *file;
+    const char *stage;
+  } cases[] = {{"nan_output_norm.colibri", "(stage: output_norm;"},
+               {"nan_last_experts.colibri", "(stage: MoE output of layer 1;"}};
+  const int32_t prompt[] = {1, 5, 6}; /* <s> and two letters of the tiny vocabulary */
+  size_t c;
+  for (c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+    char path[1024], message[1024];
+    colibri_model *model = NULL;
+    colibri_session *session = NULL;
+    colibri_stream *stream = NULL;
+    colibri_generate_options g;
+    colibri_sampler_options sampling;
+    colibri_generate_result result;
+    struct collected pieces;
+    const float *logits = NULL;
+    int greedy;
+    snprintf(path, sizeof path, "%s/%s", dir, cases[c].file);
+    CHECK_OK(colibri_model_open(path, NULL, &model));
+    if (!model) continue;
+    session = make_session(model, 1);
+    for (greedy = 1; greedy >= 0; --greedy) {
+      greedy_options(&g, &sampling);
+      g.max_tokens = 8;
+      if (!greedy) sampling.temperature = 0.8f;
+      memset(&pieces, 0, sizeof pieces);
+      memset(&result, 0, sizeof result);
+      result.struct_size = sizeof result;
+      CHECK_STATUS(colibri_generate(session, prompt, 3, &g, collect_piece, &pieces, &result), COLIBRI_ERROR_NON_FINITE);
+      CHECK(pieces.pieces == 0 && result.generated_token_count == 0);
+      colibri_last_error(message, sizeof message, NULL);
+      CHECK(strstr(message, cases[c].stage) != NULL);
+      CHECK(strstr(message, "position") != NULL);
+      if (!strstr(message, cases[c].stage)) fprintf(stderr, "  message: %s\n", message);
+    }
+    CHECK_STATUS(colibri_stream_open(session, prompt, 3, &g, &stream), COLIBRI_ERROR_NON_FINITE);
+    CHECK(stream == NULL);
+    /* The raw forward calls: decode fails the same way and leaves no logits behind. */
+    CHECK_OK(colibri_session_reset(session));
+    CHECK_STATUS(colibri_session_decode(session, 0, 1), COLIBRI_ERROR_NON_FINITE);
+    colibri_last_error(message, sizeof message, NULL);
+    CHECK(strstr(message, cases[c].stage) != NULL && strstr(message, "at position 0 of sequence 0") != NULL);
+    CHECK_STATUS(colibri_session_logits(session, 0, &logits, NULL, NULL), COLIBRI_ERROR_BAD_STATE);
+    CHECK(logits == NULL);
+    colibri_session_free(session);
+    colibri_model_close(model);
+  }
+}
+
 /* KV cache in f16: greedy tokens still match the oracle on this model. */
 static void test_kv_f16(colibri_model *model) {
   colibri_session_options so;
@@ -1076,6 +1137,7 @@ int main(int argc, char **argv) {
   test_load_into_memory(model);
   colibri_model_close(model);
   test_non_finite_policy();
+  test_non_finite_generation(tmpdir);
   test_logging();
   printf("test_capi: %d checks, %d failures\n", g_checks, g_failures);
   return g_failures == 0 ? 0 : 1;

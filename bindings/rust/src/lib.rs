@@ -420,7 +420,9 @@ pub enum Advice {
     HugePage,
 }
 
-/// What happens when NaN/Inf reaches a guarded stage.
+/// What happens when NaN/Inf comes out of a guarded stage of the forward pass. A non-finite
+/// final norm or logit row is always [`Status::NON_FINITE`] (the message names the stage and
+/// position): no token is generated from it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NonFinitePolicy {
     /// The call fails with [`Status::NON_FINITE`].
