@@ -23,7 +23,10 @@
 //! [`Model`] is `Send + Sync` (and cheap to clone): the model is immutable and shared by any
 //! number of threads and sessions. [`Session`] is `Send` but not `Sync`: one thread at a time,
 //! which the borrow checker enforces (calls that run the model take `&mut self`). Different
-//! sessions of one model run concurrently.
+//! sessions of one model run concurrently. The library checks the same at run time for
+//! callers outside Rust (colibri.h, "Misuse"): a session in use by another thread, a callback
+//! that calls back into its own session, and a freed or foreign handle are
+//! [`Status::BAD_STATE`], never a crash.
 //!
 //! ```compile_fail
 //! fn shared<T: Sync>() {}
