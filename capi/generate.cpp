@@ -2,6 +2,7 @@
 // (colibri_stream_*), the callback form (colibri_generate, built on the stream) and
 // colibri_session_free, which must detach a stream still open on the session.
 #include <chrono>
+#include <optional>
 
 #include "capi/internal.h"
 #include "runtime/generation.h"
@@ -11,7 +12,8 @@ using namespace colibri;
 
 namespace colibri::capi {
 
-struct StreamHandle {
+struct StreamHandle : HandleBase {
+  StreamHandle() : HandleBase(HandleKind::Stream) {}
   SessionHandle *session = nullptr;  // null once the session was freed (detached)
   std::unique_ptr<runtime::Generation> generation;
   uint32_t sequence = 0;
@@ -22,6 +24,8 @@ struct StreamHandle {
   uint64_t prefill_ns = 0;
   uint64_t decode_ns = 0;
 };
+
+COLIBRI_CAPI_HANDLE_CASTS(colibri_stream, StreamHandle)
 
 }  // namespace colibri::capi
 
@@ -64,7 +68,6 @@ int32_t open_stream(SessionHandle *session, const int32_t *prompt, size_t prompt
                     const colibri_generate_options *options, StreamHandle **stream_out) {
   COLIBRI_REQUIRE_ARG(stream_out, "stream_out must not be NULL");
   *stream_out = nullptr;
-  COLIBRI_REQUIRE_ARG(session, "session must not be NULL");
   if (int32_t s = capi::require_idle(session)) return s;
   COLIBRI_REQUIRE_ARG(prompt_count > 0, "the prompt is empty: give at least one token");
   COLIBRI_REQUIRE_ARG(prompt, "prompt must not be NULL");
@@ -113,8 +116,9 @@ int32_t open_stream(SessionHandle *session, const int32_t *prompt, size_t prompt
   return COLIBRI_OK;
 }
 
+// The next piece of a checked stream whose session (if attached) the caller holds.
 int32_t next_piece(StreamHandle *stream, const char **piece, size_t *piece_size) {
-  COLIBRI_REQUIRE_ARG(stream && piece, "stream and piece must not be NULL");
+  COLIBRI_REQUIRE_ARG(piece, "piece must not be NULL");
   stream->piece.clear();
   *piece = stream->piece.c_str();
   if (piece_size) *piece_size = 0;
@@ -164,10 +168,27 @@ colibri_generate_result stream_result(const StreamHandle &stream) {
   return r;
 }
 
+// Detaches the stream from its session and releases what it owns (the shell stays).
+void release_stream(StreamHandle *stream) {
+  if (stream->session) stream->session->stream = nullptr;
+  stream->session = nullptr;
+  stream->generation.reset();
+  std::string().swap(stream->piece);
+}
+
+// colibri_generate's own stream, which never reaches the caller: deleted at once.
 void close_stream(StreamHandle *stream) {
   if (!stream) return;
-  if (stream->session) stream->session->stream = nullptr;
+  release_stream(stream);
   delete stream;
+}
+
+// Holds the stream's session for the call when the stream has one (a detached stream has
+// only its own state). COLIBRI_OK when the call may go on.
+int32_t hold_stream_session(const StreamHandle *stream, std::optional<capi::SessionUse> *use) {
+  if (!stream->session) return COLIBRI_OK;
+  use->emplace(stream->session);
+  return (*use)->status();
 }
 
 static_assert(static_cast<uint32_t>(runtime::FinishReason::Length) == COLIBRI_FINISH_LENGTH &&
@@ -191,29 +212,44 @@ COLIBRI_API int32_t colibri_stream_open(colibri_session *session_handle, const i
                                         const colibri_generate_options *options, colibri_stream **stream_out) {
   return capi::guard(__func__, [&]() -> int32_t {
     COLIBRI_REQUIRE_ARG(stream_out, "stream_out must not be NULL");
+    *stream_out = nullptr;
+    capi::SessionUse session(session_handle);
+    if (session.status()) return session.status();
     StreamHandle *stream = nullptr;
-    int32_t status = open_stream(capi::impl(session_handle), prompt, prompt_count, options, &stream);
+    int32_t status = open_stream(session.get(), prompt, prompt_count, options, &stream);
     *stream_out = capi::handle(stream);
     return status;
   });
 }
 
 COLIBRI_API int32_t colibri_stream_next(colibri_stream *stream_handle, const char **piece, size_t *piece_size) {
-  return capi::guard(__func__, [&] { return next_piece(capi::impl(stream_handle), piece, piece_size); });
+  return capi::guard(__func__, [&]() -> int32_t {
+    if (piece) *piece = "";  // an empty piece on every failure
+    if (piece_size) *piece_size = 0;
+    COLIBRI_REQUIRE_HANDLE(stream_handle, "stream");
+    StreamHandle *stream = capi::impl(stream_handle);
+    std::optional<capi::SessionUse> use;
+    if (int32_t s = hold_stream_session(stream, &use)) return s;
+    return next_piece(stream, piece, piece_size);
+  });
 }
 
 COLIBRI_API int32_t colibri_stream_get_result(const colibri_stream *stream_handle, colibri_generate_result *result) {
   return capi::guard(__func__, [&]() -> int32_t {
+    COLIBRI_REQUIRE_HANDLE(stream_handle, "stream");
     auto *stream = capi::impl(stream_handle);
-    COLIBRI_REQUIRE_ARG(stream, "stream must not be NULL");
+    std::optional<capi::SessionUse> use;
+    if (int32_t s = hold_stream_session(stream, &use)) return s;
     return capi::write_output(result, stream_result(*stream), kGenerateResultAbi1, "colibri_generate_result");
   });
 }
 
 COLIBRI_API int32_t colibri_stream_tokens(const colibri_stream *stream_handle, int32_t *tokens, size_t capacity, size_t *count) {
   return capi::guard(__func__, [&]() -> int32_t {
+    COLIBRI_REQUIRE_HANDLE(stream_handle, "stream");
     auto *stream = capi::impl(stream_handle);
-    COLIBRI_REQUIRE_ARG(stream, "stream must not be NULL");
+    std::optional<capi::SessionUse> use;
+    if (int32_t s = hold_stream_session(stream, &use)) return s;
     if (!stream->generation) return capi::copy_tokens(nullptr, 0, tokens, capacity, count);
     const std::vector<int32_t> &ids = stream->generation->generated_tokens();
     return capi::copy_tokens(ids.data(), ids.size(), tokens, capacity, count);
@@ -221,14 +257,24 @@ COLIBRI_API int32_t colibri_stream_tokens(const colibri_stream *stream_handle, i
 }
 
 COLIBRI_API void colibri_stream_close(colibri_stream *stream_handle) {
-  capi::guard_void(__func__, [&] { close_stream(capi::impl(stream_handle)); });
+  capi::guard_void(__func__, [&] {
+    if (!stream_handle || capi::check(stream_handle, "stream")) return;  // a misuse is recorded in the last error
+    StreamHandle *stream = capi::impl(stream_handle);
+    std::optional<capi::SessionUse> use;  // not while a call on its session runs
+    if (hold_stream_session(stream, &use)) return;
+    if (!capi::claim_for_free(stream_handle, capi::HandleKind::Stream, "stream")) return;
+    release_stream(stream);
+    capi::quarantine(stream, [](capi::HandleBase *h) { delete static_cast<StreamHandle *>(h); });
+  });
 }
 
 COLIBRI_API int32_t colibri_generate(colibri_session *session_handle, const int32_t *prompt, size_t prompt_count,
                                      const colibri_generate_options *options, colibri_piece_fn on_piece, void *user,
                                      colibri_generate_result *result) {
   return capi::guard(__func__, [&]() -> int32_t {
-    auto *session = capi::impl(session_handle);
+    capi::SessionUse held(session_handle);
+    if (held.status()) return held.status();
+    SessionHandle *session = held.get();
     if (result) COLIBRI_REQUIRE_ARG(result->struct_size >= kGenerateResultAbi1,
                                     "colibri_generate_result.struct_size must be set to sizeof(colibri_generate_result)");
     StreamHandle *raw = nullptr;
@@ -253,15 +299,24 @@ COLIBRI_API int32_t colibri_generate(colibri_session *session_handle, const int3
 
 COLIBRI_API void colibri_session_free(colibri_session *session_handle) {
   capi::guard_void(__func__, [&] {
+    // A misuse (freed twice, in use, garbage) is recorded in the last error and frees nothing.
+    if (!session_handle || capi::check(session_handle, "session")) return;
     auto *session = capi::impl(session_handle);
-    if (!session) return;
+    if (!capi::claim_session_for_free(session)) return;
     if (session->stream) {
       // Detach: the stream object stays valid (its calls report BAD_STATE) until closed.
       session->stream->generation.reset();
       session->stream->session = nullptr;
       session->stream->done = true;
+      session->stream = nullptr;
     }
-    delete session;
+    // Release everything it owns now; the shell (tag dead, busy word claimed) is quarantined.
+    session->session.reset();
+    session->model.reset();
+    std::vector<runtime::BatchEntry>().swap(session->batch);
+    std::vector<runtime::Route>().swap(session->routes);
+    std::vector<uint32_t>().swap(session->scratch_lengths);
+    capi::quarantine(session, [](capi::HandleBase *h) { delete static_cast<SessionHandle *>(h); });
   });
 }
 

@@ -6,6 +6,7 @@
 // script (capi/colibri.map) that exports colibri_* only.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -37,19 +38,24 @@ void set_current_function(const char *name) noexcept;
 
 // Runs fn (returning int32_t) with the thread's error cleared first; any exception becomes a
 // status: bad_alloc → OUT_OF_MEMORY, anything else → INTERNAL with what() kept.
+// A call that returns a status >= 0 clears the last error again at its end, so that a failure
+// of a nested call (one a callback made) does not outlive an outer call that succeeded.
 template <class Fn>
 int32_t guard(const char *function, Fn &&fn) noexcept {
   set_current_function(function);
   clear_error();
+  int32_t status;
   try {
-    return fn();
+    status = fn();
   } catch (const std::bad_alloc &) {
-    return fail(COLIBRI_ERROR_OUT_OF_MEMORY, std::string(function) + ": out of memory");
+    status = fail(COLIBRI_ERROR_OUT_OF_MEMORY, std::string(function) + ": out of memory");
   } catch (const std::exception &e) {
-    return fail(COLIBRI_ERROR_INTERNAL, std::string(function) + ": internal error: " + e.what());
+    status = fail(COLIBRI_ERROR_INTERNAL, std::string(function) + ": internal error: " + e.what());
   } catch (...) {
-    return fail(COLIBRI_ERROR_INTERNAL, std::string(function) + ": internal error: unknown exception");
+    status = fail(COLIBRI_ERROR_INTERNAL, std::string(function) + ": internal error: unknown exception");
   }
+  if (status >= 0) clear_error();
+  return status;
 }
 
 // The same for the void destructors: exceptions are swallowed (and logged).
@@ -115,6 +121,46 @@ inline util::NumaPolicy numa_policy(uint32_t policy, uint32_t node) {
   return p;
 }
 
+// ---- handle checks (misuse of the C API; colibri.h, "Misuse") --------------------------------
+
+// Every handle struct derives from HandleBase: its first word is a tag that says what the
+// handle is and whether it is live. The entry points check it before anything else; the
+// free functions poison it (atomically: of two frees only one proceeds), release what the
+// handle owns, and hand its small shell to the quarantine (handles.cpp), which keeps the last
+// kQuarantinedHandles freed shells allocated, so that a double free or a call on a freed
+// handle reads a dead tag in memory that is still the library's (BAD_STATE), never freed
+// memory. Older freed handles, and pointers that were never handles, are read as they are:
+// a wrong tag is BAD_STATE, an unmapped address still faults.
+enum class HandleKind : uint32_t { Model = 1, Session = 2, Stream = 3, Sampler = 4 };
+
+constexpr uint64_t kLiveTagBase = 0x434F4C4942000000ull;  // "COLIB" + kind
+constexpr uint64_t kDeadTagBase = 0xDEADC0DE00000000ull;  // + kind
+constexpr uint64_t live_tag(HandleKind kind) { return kLiveTagBase | static_cast<uint64_t>(kind); }
+constexpr uint64_t dead_tag(HandleKind kind) { return kDeadTagBase | static_cast<uint64_t>(kind); }
+// Freed handles whose shells stay allocated (a ring: the oldest is released for real).
+constexpr size_t kQuarantinedHandles = 1024;
+// No handle lives below this address (Linux maps nothing under vm.mmap_min_addr, 64 KiB by
+// default): a small integer passed as a handle is refused without being read.
+constexpr uintptr_t kMinHandleAddress = 65536;
+
+struct HandleBase {
+  explicit HandleBase(HandleKind kind) : tag(live_tag(kind)) {}
+  std::atomic<uint64_t> tag;
+};
+
+// COLIBRI_OK when `h` is a live handle of `kind`; else the failure recorded: INVALID_ARGUMENT
+// for NULL ("NAME must not be NULL"), BAD_STATE for a freed handle, a handle of another type,
+// or a pointer that is not a handle.
+int32_t check_handle(const void *h, HandleKind kind, const char *name) noexcept;
+
+// The free functions' first step: claims the handle for freeing (live → dead, atomically).
+// False (with the misuse recorded in the last error, as a destructor cannot return it) when it
+// is NULL-free-able garbage, already freed or of another type.
+bool claim_for_free(void *h, HandleKind kind, const char *name) noexcept;
+
+// Keeps a freed (claimed, emptied) handle's shell allocated for a while; `destroy` deletes it.
+void quarantine(HandleBase *handle, void (*destroy)(HandleBase *)) noexcept;
+
 // ---- handles ------------------------------------------------------------------------------------
 
 // Everything one opened image owns. Shared by the user's model handle and every session on
@@ -149,14 +195,19 @@ namespace colibri::capi {
 // The handles behind the opaque types of colibri.h. The C types (struct colibri_model, ...)
 // are never defined: handles are converted with impl() / handle(), so the library's debug
 // information describes them as opaque, and abidw/abidiff see only the C ABI (capi/abi).
-struct ModelHandle {
+struct ModelHandle : HandleBase {
+  ModelHandle() : HandleBase(HandleKind::Model) {}
   std::shared_ptr<ModelState> state;
 };
 
 struct StreamHandle;  // generate.cpp
 struct SamplerHandle; // sampler.cpp
 
-struct SessionHandle {
+struct SessionHandle : HandleBase {
+  SessionHandle() : HandleBase(HandleKind::Session) {}
+  // The thread whose call holds the session (SessionUse); 0 when idle; kSessionFreeing once
+  // colibri_session_free has claimed it.
+  mutable std::atomic<uintptr_t> user{0};
   std::shared_ptr<ModelState> model;
   std::unique_ptr<runtime::Session> session;
   colibri_session_info info{};         // effective options
@@ -170,15 +221,60 @@ struct SessionHandle {
   std::vector<uint32_t> scratch_lengths;   // scratch for batch positions
 };
 
-#define COLIBRI_CAPI_HANDLE(c_type, impl_type)                                                          \
-  inline impl_type *impl(c_type *h) { return reinterpret_cast<impl_type *>(h); }                       \
-  inline const impl_type *impl(const c_type *h) { return reinterpret_cast<const impl_type *>(h); }     \
-  inline c_type *handle(impl_type *p) { return reinterpret_cast<c_type *>(p); }
-COLIBRI_CAPI_HANDLE(colibri_model, ModelHandle)
-COLIBRI_CAPI_HANDLE(colibri_session, SessionHandle)
-COLIBRI_CAPI_HANDLE(colibri_stream, StreamHandle)
-COLIBRI_CAPI_HANDLE(colibri_sampler, SamplerHandle)
-#undef COLIBRI_CAPI_HANDLE
+// The C pointer is the address of the HandleBase (check_handle reads its tag there). impl()
+// assumes a checked handle: check() or SessionUse first. The casts need the complete type:
+// StreamHandle's are instantiated in generate.cpp, SamplerHandle's in sampler.cpp.
+#define COLIBRI_CAPI_HANDLE_CASTS(c_type, impl_type)                                                  \
+  inline impl_type *impl(c_type *h) { return static_cast<impl_type *>(reinterpret_cast<HandleBase *>(h)); } \
+  inline const impl_type *impl(const c_type *h) {                                                       \
+    return static_cast<const impl_type *>(reinterpret_cast<const HandleBase *>(h));                     \
+  }                                                                                                     \
+  inline c_type *handle(impl_type *p) { return reinterpret_cast<c_type *>(static_cast<HandleBase *>(p)); }
+COLIBRI_CAPI_HANDLE_CASTS(colibri_model, ModelHandle)
+COLIBRI_CAPI_HANDLE_CASTS(colibri_session, SessionHandle)
+
+inline int32_t check(const colibri_model *h, const char *name) noexcept { return check_handle(h, HandleKind::Model, name); }
+inline int32_t check(const colibri_session *h, const char *name) noexcept {
+  return check_handle(h, HandleKind::Session, name);
+}
+inline int32_t check(const colibri_stream *h, const char *name) noexcept { return check_handle(h, HandleKind::Stream, name); }
+inline int32_t check(const colibri_sampler *h, const char *name) noexcept {
+  return check_handle(h, HandleKind::Sampler, name);
+}
+
+// Returns from the calling function unless `h` is a live handle of its type (NULL:
+// INVALID_ARGUMENT naming `name`; freed, foreign or garbage: BAD_STATE).
+#define COLIBRI_REQUIRE_HANDLE(h, name)                               \
+  do {                                                                \
+    if (int32_t status_ = ::colibri::capi::check(h, name)) return status_; \
+  } while (0)
+
+// Holds a session for one call (its busy word), after checking the handle. While held, a
+// call on the session from another thread gets BAD_STATE "in use by another thread", and a
+// call from inside one of its callbacks (colibri_piece_fn, colibri_expert_fn) on this thread
+// gets BAD_STATE saying so. status() is COLIBRI_OK when held (the failure is recorded
+// otherwise); the destructor releases it.
+class SessionUse {
+ public:
+  explicit SessionUse(const colibri_session *handle) noexcept;
+  explicit SessionUse(SessionHandle *session) noexcept;  // an already checked session (a stream's)
+  ~SessionUse();
+  SessionUse(const SessionUse &) = delete;
+  SessionUse &operator=(const SessionUse &) = delete;
+  int32_t status() const { return status_; }
+  SessionHandle *get() const { return session_; }
+  SessionHandle *operator->() const { return session_; }
+
+ private:
+  void acquire(SessionHandle *session) noexcept;
+  SessionHandle *session_ = nullptr;
+  int32_t status_ = COLIBRI_OK;
+};
+
+// colibri_session_free's claim: takes the busy word for good (idle → freeing) and poisons the
+// tag. False, with the reason recorded, when a call holds the session (another thread's, or
+// the one whose callback is freeing it) or another free got there first.
+bool claim_session_for_free(SessionHandle *session) noexcept;
 
 }  // namespace colibri::capi
 

@@ -159,12 +159,16 @@ COLIBRI_API int32_t colibri_model_open(const char *path, const colibri_model_opt
 }
 
 COLIBRI_API void colibri_model_close(colibri_model *model) {
-  capi::guard_void(__func__, [&] { delete capi::impl(model); });
+  capi::guard_void(__func__, [&] {
+    if (!model || !capi::claim_for_free(model, capi::HandleKind::Model, "model")) return;
+    capi::impl(model)->state.reset();  // the image stays mapped while sessions hold it
+    capi::quarantine(capi::impl(model), [](capi::HandleBase *h) { delete static_cast<capi::ModelHandle *>(h); });
+  });
 }
 
 COLIBRI_API int32_t colibri_model_get_info(const colibri_model *model, colibri_model_info *info) {
   return capi::guard(__func__, [&]() -> int32_t {
-    COLIBRI_REQUIRE_ARG(model, "model must not be NULL");
+    COLIBRI_REQUIRE_HANDLE(model, "model");
     const ModelState &s = *capi::impl(model)->state;
     const model::Model &m = *s.model;
     const model::ModelConfig &c = m.config();
@@ -219,7 +223,7 @@ COLIBRI_API int32_t colibri_model_get_info(const colibri_model *model, colibri_m
 
 COLIBRI_API int32_t colibri_model_eos_tokens(const colibri_model *model, int32_t *ids, size_t capacity, size_t *count) {
   return capi::guard(__func__, [&]() -> int32_t {
-    COLIBRI_REQUIRE_ARG(model, "model must not be NULL");
+    COLIBRI_REQUIRE_HANDLE(model, "model");
     std::vector<int32_t> eos;
     for (int64_t id : capi::impl(model)->state->model->tokenizer().eos_token_ids) eos.push_back(to_token_id(id));
     return capi::copy_tokens(eos.data(), eos.size(), ids, capacity, count);
@@ -228,7 +232,8 @@ COLIBRI_API int32_t colibri_model_eos_tokens(const colibri_model *model, int32_t
 
 COLIBRI_API int32_t colibri_model_metadata(const colibri_model *model, const char **json, size_t *json_size) {
   return capi::guard(__func__, [&]() -> int32_t {
-    COLIBRI_REQUIRE_ARG(model && json && json_size, "model, json and json_size must not be NULL");
+    COLIBRI_REQUIRE_HANDLE(model, "model");
+    COLIBRI_REQUIRE_ARG(json && json_size, "json and json_size must not be NULL");
     std::string_view text = capi::impl(model)->state->model->image().metadata_json();
     *json = text.data();
     *json_size = text.size();
@@ -238,7 +243,8 @@ COLIBRI_API int32_t colibri_model_metadata(const colibri_model *model, const cha
 
 COLIBRI_API int32_t colibri_model_tensor_count(const colibri_model *model, size_t *count) {
   return capi::guard(__func__, [&]() -> int32_t {
-    COLIBRI_REQUIRE_ARG(model && count, "model and count must not be NULL");
+    COLIBRI_REQUIRE_HANDLE(model, "model");
+    COLIBRI_REQUIRE_ARG(count, "count must not be NULL");
     *count = capi::impl(model)->state->model->image().tensors().size();
     return COLIBRI_OK;
   });
@@ -246,7 +252,7 @@ COLIBRI_API int32_t colibri_model_tensor_count(const colibri_model *model, size_
 
 COLIBRI_API int32_t colibri_model_tensor_info(const colibri_model *model, size_t index, colibri_tensor_info *info) {
   return capi::guard(__func__, [&]() -> int32_t {
-    COLIBRI_REQUIRE_ARG(model, "model must not be NULL");
+    COLIBRI_REQUIRE_HANDLE(model, "model");
     const auto &tensors = capi::impl(model)->state->model->image().tensors();
     COLIBRI_REQUIRE_ARG(index < tensors.size(), "tensor index " + std::to_string(index) + " is out of range (the image has " +
                                                     std::to_string(tensors.size()) + " tensors)");
@@ -268,7 +274,8 @@ COLIBRI_API int32_t colibri_model_tensor_info(const colibri_model *model, size_t
 
 COLIBRI_API int32_t colibri_model_find_tensor(const colibri_model *model, const char *name, size_t *index) {
   return capi::guard(__func__, [&]() -> int32_t {
-    COLIBRI_REQUIRE_ARG(model && name && index, "model, name and index must not be NULL");
+    COLIBRI_REQUIRE_HANDLE(model, "model");
+    COLIBRI_REQUIRE_ARG(name && index, "name and index must not be NULL");
     const image::Image &img = capi::impl(model)->state->model->image();
     const image::TensorInfo *t = img.find(name);
     COLIBRI_REQUIRE_ARG(t, std::string("the image has no tensor called '") + name + "'");

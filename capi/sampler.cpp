@@ -1,18 +1,18 @@
 // capi/sampler.cpp — colibri_sampler_*: the engine's sampler chain (runtime/sampler.h) as a
 // standalone handle, and the options conversion the generation calls share.
-#include <cmath>
-#include <limits>
-
 #include "capi/internal.h"
 #include "runtime/sampler.h"
 
 using namespace colibri;
 
 namespace colibri::capi {
-struct SamplerHandle {
-  runtime::Sampler sampler;
+struct SamplerHandle : HandleBase {
+  SamplerHandle(const runtime::SamplerOptions &options, size_t vocab)
+      : HandleBase(HandleKind::Sampler), sampler(std::make_unique<runtime::Sampler>(options, vocab)), vocab_size(vocab) {}
+  std::unique_ptr<runtime::Sampler> sampler;  // released by colibri_sampler_free (the shell is quarantined)
   size_t vocab_size;
 };
+COLIBRI_CAPI_HANDLE_CASTS(colibri_sampler, SamplerHandle)
 }  // namespace colibri::capi
 
 namespace {
@@ -79,50 +79,45 @@ COLIBRI_API int32_t colibri_sampler_create(const colibri_sampler_options *option
                                                                         " is out of range (1..2147483647)");
     runtime::SamplerOptions so;
     if (int32_t s = capi::sampler_options_from_c(options, 0, &so)) return s;
-    *sampler_out = capi::handle(new capi::SamplerHandle{runtime::Sampler(so, vocab_size), vocab_size});
+    *sampler_out = capi::handle(new capi::SamplerHandle(so, vocab_size));
     return COLIBRI_OK;
   });
 }
 
 COLIBRI_API void colibri_sampler_free(colibri_sampler *sampler) {
-  capi::guard_void(__func__, [&] { delete capi::impl(sampler); });
+  capi::guard_void(__func__, [&] {
+    if (!sampler || !capi::claim_for_free(sampler, capi::HandleKind::Sampler, "sampler")) return;
+    capi::impl(sampler)->sampler.reset();
+    capi::quarantine(capi::impl(sampler), [](capi::HandleBase *h) { delete static_cast<capi::SamplerHandle *>(h); });
+  });
 }
 
 COLIBRI_API int32_t colibri_sampler_sample(colibri_sampler *sampler, const float *logits, int32_t *token) {
   return capi::guard(__func__, [&]() -> int32_t {
-    COLIBRI_REQUIRE_ARG(sampler && logits && token, "sampler, logits and token must not be NULL");
-    // -inf masks a token; NaN and +inf have no meaning as a logit (the engine's own logits
-    // pass its non-finite guard before they reach the sampler, so only here are they checked).
-    const size_t vocab = capi::impl(sampler)->vocab_size;
-    bool any_candidate = false;
-    for (size_t i = 0; i < vocab; ++i) {
-      const float l = logits[i];
-      if (std::isnan(l) || l == std::numeric_limits<float>::infinity())
-        return capi::fail(COLIBRI_ERROR_NON_FINITE, "logits[" + std::to_string(i) + "] is " + (std::isnan(l) ? "NaN" : "+inf") +
-                                                        ": the sampler takes finite logits (-inf masks a token)");
-      any_candidate = any_candidate || l != -std::numeric_limits<float>::infinity();
-    }
-    COLIBRI_REQUIRE_ARG(any_candidate, "every logit is -inf: no token can be sampled");
-    *token = capi::impl(sampler)->sampler.sample(logits);
+    COLIBRI_REQUIRE_HANDLE(sampler, "sampler");
+    COLIBRI_REQUIRE_ARG(logits && token, "logits and token must not be NULL");
+    // The engine's sampler checks the row in its copy pass: NaN or +inf → NON_FINITE naming
+    // the index, every logit -inf → INVALID_ARGUMENT; no id is returned from such a row.
+    if (Error e = capi::impl(sampler)->sampler->sample(logits, token)) return capi::fail(e);
     return COLIBRI_OK;
   });
 }
 
 COLIBRI_API int32_t colibri_sampler_accept(colibri_sampler *sampler, int32_t token) {
   return capi::guard(__func__, [&]() -> int32_t {
-    COLIBRI_REQUIRE_ARG(sampler, "sampler must not be NULL");
+    COLIBRI_REQUIRE_HANDLE(sampler, "sampler");
     COLIBRI_REQUIRE_ARG(token >= 0 && static_cast<size_t>(token) < capi::impl(sampler)->vocab_size,
                         "token " + std::to_string(token) + " is outside the vocabulary (0.." +
                             std::to_string(capi::impl(sampler)->vocab_size - 1) + ")");
-    capi::impl(sampler)->sampler.accept(token);
+    capi::impl(sampler)->sampler->accept(token);
     return COLIBRI_OK;
   });
 }
 
 COLIBRI_API int32_t colibri_sampler_reset(colibri_sampler *sampler) {
   return capi::guard(__func__, [&]() -> int32_t {
-    COLIBRI_REQUIRE_ARG(sampler, "sampler must not be NULL");
-    capi::impl(sampler)->sampler.reset();
+    COLIBRI_REQUIRE_HANDLE(sampler, "sampler");
+    capi::impl(sampler)->sampler->reset();
     return COLIBRI_OK;
   });
 }

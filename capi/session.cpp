@@ -78,6 +78,42 @@ int32_t run_forward(capi::SessionHandle *s, const runtime::BatchEntry *entries, 
   return COLIBRI_OK;
 }
 
+// colibri_session_prefill and _decode on a held session.
+int32_t prefill(capi::SessionHandle *session, uint32_t sequence, const int32_t *tokens, size_t token_count) {
+  if (int32_t s = capi::require_idle(session)) return s;
+  if (int32_t s = check_sequence(session, sequence)) return s;
+  COLIBRI_REQUIRE_ARG(token_count > 0, "no tokens given: prefill needs at least one token");
+  COLIBRI_REQUIRE_ARG(tokens, "tokens must not be NULL");
+  uint32_t length = session->session->sequence_length(sequence);
+  if (token_count > session->info.context_length - length) return context_full(session, sequence, length, token_count);
+  const size_t chunk = session->info.max_batch_tokens;
+  for (size_t begin = 0; begin < token_count; begin += chunk) {
+    const size_t end = std::min(token_count, begin + chunk);
+    session->batch.clear();
+    for (size_t i = begin; i < end; ++i)
+      session->batch.push_back({sequence, static_cast<uint32_t>(length + i), tokens[i], i + 1 == token_count ? 1u : 0u});
+    if (int32_t s = run_forward(session, session->batch.data(), session->batch.size())) return s;
+  }
+  return COLIBRI_OK;
+}
+
+// colibri_session_logits on a held session.
+int32_t logits_row(const capi::SessionHandle *session, size_t row, const float **logits, size_t *vocab_size,
+                   size_t *row_count) {
+  COLIBRI_REQUIRE_ARG(logits, "logits must not be NULL");
+  *logits = nullptr;
+  if (!session->has_logits)
+    return capi::fail(COLIBRI_ERROR_BAD_STATE, "no logits: run colibri_session_prefill, _decode or _batch first (the "
+                                               "last run failed, was reset, or asked for no logits)");
+  const size_t rows = session->session->logit_rows();
+  if (row_count) *row_count = rows;
+  if (vocab_size) *vocab_size = session->model->model->config().vocab_size;
+  COLIBRI_REQUIRE_ARG(row < rows, "logits row " + std::to_string(row) + " does not exist: the last run produced " +
+                                      std::to_string(rows) + " rows");
+  *logits = session->session->logits(row);
+  return COLIBRI_OK;
+}
+
 }  // namespace
 
 namespace colibri::capi {
@@ -112,7 +148,7 @@ COLIBRI_API int32_t colibri_session_create(colibri_model *model, const colibri_s
   return capi::guard(__func__, [&]() -> int32_t {
     COLIBRI_REQUIRE_ARG(session_out, "session_out must not be NULL");
     *session_out = nullptr;
-    COLIBRI_REQUIRE_ARG(model, "model must not be NULL");
+    COLIBRI_REQUIRE_HANDLE(model, "model");
     colibri_session_options o = default_session_options();
     if (int32_t s = capi::read_options(options, &o, kSessionOptionsAbi1, "colibri_session_options")) return s;
     COLIBRI_REQUIRE_ARG(o.pin_threads <= COLIBRI_PIN_ON, "colibri_session_options.pin_threads " +
@@ -199,17 +235,17 @@ COLIBRI_API int32_t colibri_session_create(colibri_model *model, const colibri_s
 
 COLIBRI_API int32_t colibri_session_get_info(const colibri_session *session_handle, colibri_session_info *info) {
   return capi::guard(__func__, [&]() -> int32_t {
+    COLIBRI_REQUIRE_HANDLE(session_handle, "session");  // the info is immutable: no busy word needed
     auto *session = capi::impl(session_handle);
-    COLIBRI_REQUIRE_ARG(session, "session must not be NULL");
     return capi::write_output(info, session->info, kSessionInfoAbi1, "colibri_session_info");
   });
 }
 
 COLIBRI_API int32_t colibri_session_reset(colibri_session *session_handle) {
   return capi::guard(__func__, [&]() -> int32_t {
-    auto *session = capi::impl(session_handle);
-    COLIBRI_REQUIRE_ARG(session, "session must not be NULL");
-    if (int32_t s = capi::require_idle(session)) return s;
+    capi::SessionUse session(session_handle);
+    if (session.status()) return session.status();
+    if (int32_t s = capi::require_idle(session.get())) return s;
     session->session->reset_all();
     session->has_logits = false;
     return COLIBRI_OK;
@@ -218,10 +254,10 @@ COLIBRI_API int32_t colibri_session_reset(colibri_session *session_handle) {
 
 COLIBRI_API int32_t colibri_session_reset_sequence(colibri_session *session_handle, uint32_t sequence) {
   return capi::guard(__func__, [&]() -> int32_t {
-    auto *session = capi::impl(session_handle);
-    COLIBRI_REQUIRE_ARG(session, "session must not be NULL");
-    if (int32_t s = capi::require_idle(session)) return s;
-    if (int32_t s = check_sequence(session, sequence)) return s;
+    capi::SessionUse session(session_handle);
+    if (session.status()) return session.status();
+    if (int32_t s = capi::require_idle(session.get())) return s;
+    if (int32_t s = check_sequence(session.get(), sequence)) return s;
     session->session->reset_sequence(sequence);
     session->has_logits = false;
     return COLIBRI_OK;
@@ -230,9 +266,10 @@ COLIBRI_API int32_t colibri_session_reset_sequence(colibri_session *session_hand
 
 COLIBRI_API int32_t colibri_session_sequence_length(const colibri_session *session_handle, uint32_t sequence, uint32_t *length) {
   return capi::guard(__func__, [&]() -> int32_t {
-    auto *session = capi::impl(session_handle);
-    COLIBRI_REQUIRE_ARG(session && length, "session and length must not be NULL");
-    if (int32_t s = check_sequence(session, sequence)) return s;
+    capi::SessionUse session(session_handle);
+    if (session.status()) return session.status();
+    COLIBRI_REQUIRE_ARG(length, "length must not be NULL");
+    if (int32_t s = check_sequence(session.get(), sequence)) return s;
     *length = session->session->sequence_length(sequence);
     return COLIBRI_OK;
   });
@@ -241,36 +278,26 @@ COLIBRI_API int32_t colibri_session_sequence_length(const colibri_session *sessi
 COLIBRI_API int32_t colibri_session_prefill(colibri_session *session_handle, uint32_t sequence, const int32_t *tokens,
                                             size_t token_count) {
   return capi::guard(__func__, [&]() -> int32_t {
-    auto *session = capi::impl(session_handle);
-    COLIBRI_REQUIRE_ARG(session, "session must not be NULL");
-    if (int32_t s = capi::require_idle(session)) return s;
-    if (int32_t s = check_sequence(session, sequence)) return s;
-    COLIBRI_REQUIRE_ARG(token_count > 0, "no tokens given: prefill needs at least one token");
-    COLIBRI_REQUIRE_ARG(tokens, "tokens must not be NULL");
-    uint32_t length = session->session->sequence_length(sequence);
-    if (token_count > session->info.context_length - length) return context_full(session, sequence, length, token_count);
-    const size_t chunk = session->info.max_batch_tokens;
-    for (size_t begin = 0; begin < token_count; begin += chunk) {
-      const size_t end = std::min(token_count, begin + chunk);
-      session->batch.clear();
-      for (size_t i = begin; i < end; ++i)
-        session->batch.push_back({sequence, static_cast<uint32_t>(length + i), tokens[i], i + 1 == token_count ? 1u : 0u});
-      if (int32_t s = run_forward(session, session->batch.data(), session->batch.size())) return s;
-    }
-    return COLIBRI_OK;
+    capi::SessionUse session(session_handle);
+    if (session.status()) return session.status();
+    return prefill(session.get(), sequence, tokens, token_count);
   });
 }
 
 COLIBRI_API int32_t colibri_session_decode(colibri_session *session_handle, uint32_t sequence, int32_t token) {
-  return colibri_session_prefill(session_handle, sequence, &token, 1);
+  return capi::guard(__func__, [&]() -> int32_t {
+    capi::SessionUse session(session_handle);
+    if (session.status()) return session.status();
+    return prefill(session.get(), sequence, &token, 1);
+  });
 }
 
 COLIBRI_API int32_t colibri_session_batch(colibri_session *session_handle, const uint32_t *sequences, const uint32_t *positions,
                                           const int32_t *tokens, const uint32_t *want_logits, size_t count) {
   return capi::guard(__func__, [&]() -> int32_t {
-    auto *session = capi::impl(session_handle);
-    COLIBRI_REQUIRE_ARG(session, "session must not be NULL");
-    if (int32_t s = capi::require_idle(session)) return s;
+    capi::SessionUse session(session_handle);
+    if (session.status()) return session.status();
+    if (int32_t s = capi::require_idle(session.get())) return s;
     COLIBRI_REQUIRE_ARG(count > 0, "empty batch: give at least one token");
     COLIBRI_REQUIRE_ARG(tokens, "tokens must not be NULL");
     COLIBRI_REQUIRE_ARG(count <= session->info.max_batch_tokens,
@@ -281,47 +308,40 @@ COLIBRI_API int32_t colibri_session_batch(colibri_session *session_handle, const
     session->batch.clear();
     for (size_t i = 0; i < count; ++i) {
       uint32_t sequence = sequences ? sequences[i] : 0;
-      if (int32_t s = check_sequence(session, sequence)) return s;
+      if (int32_t s = check_sequence(session.get(), sequence)) return s;
       uint32_t position = positions ? positions[i] : lengths[sequence];
       // A position past the sequence's next one is a gap, which the engine's batch check
       // reports (INVALID_ARGUMENT); only the next position beyond the context is a full context.
       if (position >= session->info.context_length && position <= lengths[sequence]) {
         size_t adding = 0;
         for (size_t j = 0; j < count; ++j) adding += (sequences ? sequences[j] : 0) == sequence;
-        return context_full(session, sequence, session->session->sequence_length(sequence), adding);
+        return context_full(session.get(), sequence, session->session->sequence_length(sequence), adding);
       }
       lengths[sequence] = std::max(lengths[sequence], position + 1);
       uint32_t want = want_logits ? (want_logits[i] != 0 ? 1u : 0u) : (i + 1 == count ? 1u : 0u);
       session->batch.push_back({sequence, position, tokens[i], want});
     }
-    return run_forward(session, session->batch.data(), session->batch.size());
+    return run_forward(session.get(), session->batch.data(), session->batch.size());
   });
 }
 
 COLIBRI_API int32_t colibri_session_logits(const colibri_session *session_handle, size_t row, const float **logits,
                                            size_t *vocab_size, size_t *row_count) {
   return capi::guard(__func__, [&]() -> int32_t {
-    auto *session = capi::impl(session_handle);
-    COLIBRI_REQUIRE_ARG(session && logits, "session and logits must not be NULL");
-    *logits = nullptr;
-    if (!session->has_logits)
-      return capi::fail(COLIBRI_ERROR_BAD_STATE, "no logits: run colibri_session_prefill, _decode or _batch first (the "
-                                                 "last run failed, was reset, or asked for no logits)");
-    const size_t rows = session->session->logit_rows();
-    if (row_count) *row_count = rows;
-    if (vocab_size) *vocab_size = session->model->model->config().vocab_size;
-    COLIBRI_REQUIRE_ARG(row < rows, "logits row " + std::to_string(row) + " does not exist: the last run produced " +
-                                        std::to_string(rows) + " rows");
-    *logits = session->session->logits(row);
-    return COLIBRI_OK;
+    if (logits) *logits = nullptr;
+    capi::SessionUse session(session_handle);
+    if (session.status()) return session.status();
+    return logits_row(session.get(), row, logits, vocab_size, row_count);
   });
 }
 
 COLIBRI_API int32_t colibri_session_copy_logits(const colibri_session *session_handle, size_t row, float *buffer, size_t capacity) {
   return capi::guard(__func__, [&]() -> int32_t {
+    capi::SessionUse session(session_handle);
+    if (session.status()) return session.status();
     const float *logits = nullptr;
     size_t vocab = 0;
-    if (int32_t s = colibri_session_logits(session_handle, row, &logits, &vocab, nullptr)) return s;
+    if (int32_t s = logits_row(session.get(), row, &logits, &vocab, nullptr)) return s;
     COLIBRI_REQUIRE_ARG(buffer, "buffer must not be NULL");
     if (capacity < vocab)
       return capi::fail(COLIBRI_ERROR_BUFFER_TOO_SMALL, "a logits row has " + std::to_string(vocab) +
@@ -335,9 +355,9 @@ COLIBRI_API int32_t colibri_session_moe_layer(colibri_session *session_handle, u
                                               size_t row_count, const int32_t *route_experts,
                                               const float *route_weights, float *out) {
   return capi::guard(__func__, [&]() -> int32_t {
-    auto *session = capi::impl(session_handle);
-    COLIBRI_REQUIRE_ARG(session, "session must not be NULL");
-    if (int32_t s = capi::require_idle(session)) return s;
+    capi::SessionUse session(session_handle);
+    if (session.status()) return session.status();
+    if (int32_t s = capi::require_idle(session.get())) return s;
     COLIBRI_REQUIRE_ARG(hidden && out, "hidden and out must not be NULL");
     COLIBRI_REQUIRE_ARG((route_experts == nullptr) == (route_weights == nullptr),
                         "give both route_experts and route_weights, or neither (to use the model's router)");
@@ -352,21 +372,21 @@ COLIBRI_API int32_t colibri_session_moe_layer(colibri_session *session_handle, u
       routes = session->routes.data();
     }
     session->expert_status = 0;
-    if (Error e = session->session->moe_layer(layer, hidden, row_count, routes, out)) return capi::fail_session(session, e);
+    if (Error e = session->session->moe_layer(layer, hidden, row_count, routes, out)) return capi::fail_session(session.get(), e);
     return COLIBRI_OK;
   });
 }
 
 COLIBRI_API int32_t colibri_session_set_expert_fn(colibri_session *session_handle, colibri_expert_fn fn, void *user) {
   return capi::guard(__func__, [&]() -> int32_t {
-    auto *session = capi::impl(session_handle);
-    COLIBRI_REQUIRE_ARG(session, "session must not be NULL");
+    capi::SessionUse session(session_handle);
+    if (session.status()) return session.status();
     session->expert_fn = fn;
     session->expert_user = user;
     runtime::ExpertHook hook;
     if (fn) {
       hook.fn = &expert_trampoline;
-      hook.user = session;
+      hook.user = session.get();
     }
     session->session->set_expert_hook(hook);
     return COLIBRI_OK;
@@ -375,8 +395,8 @@ COLIBRI_API int32_t colibri_session_set_expert_fn(colibri_session *session_handl
 
 COLIBRI_API int32_t colibri_session_get_stats(const colibri_session *session_handle, colibri_stats *stats) {
   return capi::guard(__func__, [&]() -> int32_t {
-    auto *session = capi::impl(session_handle);
-    COLIBRI_REQUIRE_ARG(session, "session must not be NULL");
+    capi::SessionUse session(session_handle);
+    if (session.status()) return session.status();
     const runtime::SessionStats &st = session->session->stats();
     colibri_stats out{};
     out.struct_size = sizeof out;
@@ -395,8 +415,8 @@ COLIBRI_API int32_t colibri_session_get_stats(const colibri_session *session_han
 
 COLIBRI_API int32_t colibri_session_reset_stats(colibri_session *session_handle) {
   return capi::guard(__func__, [&]() -> int32_t {
-    auto *session = capi::impl(session_handle);
-    COLIBRI_REQUIRE_ARG(session, "session must not be NULL");
+    capi::SessionUse session(session_handle);
+    if (session.status()) return session.status();
     session->session->reset_stats();
     return COLIBRI_OK;
   });

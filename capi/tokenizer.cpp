@@ -60,7 +60,7 @@ extern "C" {
 COLIBRI_API int32_t colibri_tokenize(const colibri_model *model, const char *text, size_t text_size, uint32_t flags,
                                      int32_t *tokens, size_t capacity, size_t *count) {
   return capi::guard(__func__, [&]() -> int32_t {
-    COLIBRI_REQUIRE_ARG(model, "model must not be NULL");
+    COLIBRI_REQUIRE_HANDLE(model, "model");
     COLIBRI_REQUIRE_ARG(text || text_size == 0, "text is NULL but text_size is not 0");
     COLIBRI_REQUIRE_ARG((flags & ~(COLIBRI_TOKENIZE_ADD_SPECIAL | COLIBRI_TOKENIZE_PARSE_SPECIAL)) == 0,
                         "unknown colibri_tokenize flags " + std::to_string(flags));
@@ -78,7 +78,7 @@ COLIBRI_API int32_t colibri_tokenize(const colibri_model *model, const char *tex
 COLIBRI_API int32_t colibri_detokenize(const colibri_model *model, const int32_t *tokens, size_t token_count,
                                        uint32_t flags, char *text, size_t capacity, size_t *text_size) {
   return capi::guard(__func__, [&]() -> int32_t {
-    COLIBRI_REQUIRE_ARG(model, "model must not be NULL");
+    COLIBRI_REQUIRE_HANDLE(model, "model");
     COLIBRI_REQUIRE_ARG(tokens || token_count == 0, "tokens is NULL but token_count is not 0");
     COLIBRI_REQUIRE_ARG((flags & ~COLIBRI_DETOKENIZE_SKIP_SPECIAL) == 0, "unknown colibri_detokenize flags " + std::to_string(flags));
     const capi::ModelState &state = *capi::impl(model)->state;
@@ -101,7 +101,7 @@ COLIBRI_API int32_t colibri_detokenize(const colibri_model *model, const int32_t
 COLIBRI_API int32_t colibri_token_text(const colibri_model *model, int32_t token, char *text, size_t capacity,
                                        size_t *text_size) {
   return capi::guard(__func__, [&]() -> int32_t {
-    COLIBRI_REQUIRE_ARG(model, "model must not be NULL");
+    COLIBRI_REQUIRE_HANDLE(model, "model");
     const tokenizer::Tokenizer *tok = nullptr;
     if (int32_t s = capi::require_tokenizer(*capi::impl(model)->state, &tok)) return s;
     COLIBRI_REQUIRE_ARG(token >= 0 && static_cast<size_t>(token) < tok->vocab_size(),
@@ -124,7 +124,7 @@ COLIBRI_API int32_t colibri_chat_render(const colibri_model *model, const colibr
                                         size_t message_count, const colibri_chat_options *options, char *text,
                                         size_t capacity, size_t *text_size) {
   return capi::guard(__func__, [&]() -> int32_t {
-    COLIBRI_REQUIRE_ARG(model, "model must not be NULL");
+    COLIBRI_REQUIRE_HANDLE(model, "model");
     COLIBRI_REQUIRE_ARG(messages || message_count == 0, "messages is NULL but message_count is not 0");
     colibri_chat_options o = default_chat_options();
     if (int32_t s = capi::read_options(options, &o, kChatOptionsAbi1, "colibri_chat_options")) return s;

@@ -18,7 +18,9 @@
 // sessions. A Session (and a Stream) is used by one goroutine at a time: a call made while
 // another call on the same session is running (from another goroutine, or from the piece
 // callback of Generate) fails with a StatusBadState error instead of racing. Different
-// sessions of one model run concurrently.
+// sessions of one model run concurrently. The library checks the same below the binding
+// (colibri.h, "Misuse"): a session in use by another thread, a callback that calls back
+// into its own session, and a freed or foreign handle are StatusBadState, never a crash.
 //
 // Errors. Failing calls return *Error, which carries the library's status code and the
 // message the library stored for that failure. The message is read inside the same C call

@@ -21,15 +21,41 @@
  *
  *  Errors      A failing call also stores a message for the calling thread (what failed, the
  *              object — file, tensor, option — and how to fix it). colibri_last_error() copies
- *              it into a caller buffer. Every call that returns a status >= 0 clears it. The
- *              message is per thread: a runtime that moves a task between OS threads between
- *              two native calls (Go) must read it in the same native call as the failing one.
+ *              it into a caller buffer. Every call that returns a status >= 0 clears it (when it
+ *              returns: a failure of a call made from inside one of its callbacks does not
+ *              outlive it). The message is per thread: a runtime that moves a task between OS
+ *              threads between two native calls (Go) must read it in the same native call as
+ *              the failing one.
  *
  *  Ownership   Handles are opaque. colibri_*_open / _create return an owned handle through an
  *              out parameter (set to NULL on failure); colibri_*_close / _free take it back and
  *              accept NULL. Strings and arrays passed in are borrowed for the duration of the
  *              call unless stated. Pointers handed out (const char *, const float *) are owned by
  *              the library; each function says how long they stay valid.
+ *
+ *  Misuse      Handles are checked on entry, where that is cheap and memory-safe:
+ *              - Every handle carries a tag (its type, live or freed). A handle that was already
+ *                closed or freed, a handle of another type, or a pointer that is not a handle
+ *                gives COLIBRI_ERROR_BAD_STATE naming the misuse ("session (0x...) was already
+ *                freed"); a destructor given one does nothing and records BAD_STATE in
+ *                colibri_last_error (it cannot return a status). So a double free, or a call
+ *                on a freed handle, is caught.
+ *              - Caught reliably for the last 1024 handles freed in the process: their small
+ *                shells stay allocated (everything they owned is released at once) with the
+ *                tag poisoned. An older freed handle, or a pointer to memory that is not a
+ *                handle, is read as it is: its tag is almost surely wrong (BAD_STATE), but the
+ *                memory may have been reused or unmapped (then the read itself faults).
+ *                Addresses below 64 KiB and misaligned ones are refused without a read.
+ *              - Not caught: a handle freed by one thread while another thread's call on it
+ *                (other than a session's, below) is running; a pointer into unmapped memory.
+ *              - A session has a busy word: while one call runs on it, a call from another
+ *                thread gets BAD_STATE "the session is in use by another thread", a call from
+ *                inside one of its callbacks (colibri_piece_fn, colibri_expert_fn) gets
+ *                BAD_STATE saying that a callback called back into its session, and
+ *                colibri_session_free in either case frees nothing (BAD_STATE recorded). A
+ *                session's streams share that word. Nothing is run twice at once, so misuse
+ *                from several threads cannot reach the engine; it is still misuse (calls are
+ *                refused, not queued). The check costs a tag load, a compare-and-swap and a store per call.
  *
  *  Buffers     Functions that produce variable-size output write into caller buffers and
  *              report the size they need: a NULL buffer with capacity 0 is a size query
@@ -53,7 +79,8 @@
  *
  *  Threads     Stated per function. In short: the library functions are thread-safe; a model
  *              is immutable and may be shared by any number of threads and sessions; a session
- *              (and a stream or sampler) is used by one thread at a time, and different
+ *              (and a stream or sampler) is used by one thread at a time (for sessions and
+ *              their streams this is checked: see "Misuse"), and different
  *              sessions of one model run concurrently; callbacks run on the thread that made
  *              the call that invokes them, before that call returns.
  *
@@ -131,7 +158,11 @@ COLIBRI_API const char *colibri_version_string(void);
  * tokenizer component or chat-template construct it does not implement, an option value or
  * an options field this library version does not know. */
 #define COLIBRI_ERROR_UNSUPPORTED (-5)
-/* NaN or Inf reached a guarded stage and the non-finite policy is COLIBRI_NON_FINITE_ERROR. */
+/* NaN or Inf came out of a guarded stage of the forward pass (the non-finite policy is
+ * COLIBRI_NON_FINITE_ERROR, or the stage is the final norm or the logits, which are always
+ * checked), or a caller's logits hold NaN or +inf (colibri_sampler_sample). The message
+ * names the stage and the position, e.g. "logits are not finite at position 5 of sequence 0
+ * (stage: output_norm; batch row 0)". No token is generated from such logits. */
 #define COLIBRI_ERROR_NON_FINITE (-6)
 /* An allocation failed. The handle involved is still valid. */
 #define COLIBRI_ERROR_OUT_OF_MEMORY (-7)
@@ -141,7 +172,9 @@ COLIBRI_API const char *colibri_version_string(void);
  * session with a larger context. Nothing was processed. */
 #define COLIBRI_ERROR_CONTEXT_FULL (-9)
 /* The call is not valid in the handle's current state: no logits yet, the session has an
- * open stream, the stream's session was freed. */
+ * open stream, the stream's session was freed; or the handle is misused (see "Misuse"
+ * above): already freed or closed, of another type, not a handle, a session in use by
+ * another thread or called from inside its own callback. */
 #define COLIBRI_ERROR_BAD_STATE (-10)
 /* A caller callback (colibri_expert_fn) returned non-zero; the operation was abandoned. */
 #define COLIBRI_ERROR_CALLBACK (-11)
@@ -206,7 +239,11 @@ COLIBRI_API const char *colibri_dtype_name(uint32_t dtype);
 #define COLIBRI_ADVICE_RANDOM 3
 #define COLIBRI_ADVICE_HUGEPAGE 4
 
-/* What happens when NaN or Inf reaches a guarded stage (the MoE input of a layer). */
+/* What happens when NaN or Inf comes out of a guarded stage of the forward pass: the token
+ * embedding, and in every layer the attention output, the MoE input and the MoE or dense FFN
+ * output. The final norm and the logits are checked too, and a non-finite row there always
+ * fails with COLIBRI_ERROR_NON_FINITE (a zeroed row would make every token equally likely).
+ * Each check is one pass over a row just written (docs/numerics.md gives the cost). */
 #define COLIBRI_NON_FINITE_DEFAULT 0 /* model options: ERROR; session options: the model's */
 #define COLIBRI_NON_FINITE_ERROR 1   /* the call fails with COLIBRI_ERROR_NON_FINITE */
 #define COLIBRI_NON_FINITE_ZERO 2    /* zero the row, count it in colibri_stats.non_finite_rows */
@@ -314,7 +351,8 @@ COLIBRI_API int32_t colibri_model_open(const char *path, const colibri_model_opt
 
 /* Releases the caller's reference. Sessions created from the model keep it alive: its memory
  * is unmapped when the last of them is freed, so closing the model first is allowed. NULL is
- * a no-op. Must not race with other calls that use this model handle. */
+ * a no-op; a model closed twice, or not a model, is recorded as BAD_STATE (see "Misuse").
+ * Must not race with other calls that use this model handle. */
 COLIBRI_API void colibri_model_close(colibri_model *model);
 
 typedef struct colibri_model_info {
@@ -525,7 +563,9 @@ COLIBRI_API int32_t colibri_session_create(colibri_model *model, const colibri_s
 
 /* Frees the session (and, if it was the last user of a closed model, the model). A stream
  * still open on it is detached: its next call fails with BAD_STATE and it must still be
- * closed. NULL is a no-op. Not concurrently with other calls on this session. */
+ * closed. NULL is a no-op. While a call runs on the session (another thread's, or the one
+ * whose callback this is) it frees nothing and records BAD_STATE; so does a session freed
+ * twice (see "Misuse"). */
 COLIBRI_API void colibri_session_free(colibri_session *session);
 
 typedef struct colibri_session_info {
@@ -639,13 +679,15 @@ typedef struct colibri_sampler colibri_sampler;
 COLIBRI_API int32_t colibri_sampler_create(const colibri_sampler_options *options, size_t vocab_size,
                                            colibri_sampler **sampler_out);
 
-/* Frees the sampler. NULL is a no-op. Not concurrently with other calls on it. */
+/* Frees the sampler. NULL is a no-op; a sampler freed twice is recorded as BAD_STATE (see
+ * "Misuse"). Not concurrently with other calls on it. */
 COLIBRI_API void colibri_sampler_free(colibri_sampler *sampler);
 
 /* Picks a token from logits[0..vocab_size) (not modified). Does not record it: call
  * colibri_sampler_accept with the token actually used. A logit of -inf masks its token.
  * Errors: NON_FINITE (a NaN or +inf logit; the message names its index), INVALID_ARGUMENT
- * (NULL, or every logit -inf). One thread at a time per sampler. */
+ * (NULL, or every logit -inf); on an error *token is not written. One thread at a time per
+ * sampler. */
 COLIBRI_API int32_t colibri_sampler_sample(colibri_sampler *sampler, const float *logits, int32_t *token);
 
 /* Records a token (prompt or generated) in the penalty history. Errors: INVALID_ARGUMENT (a
@@ -689,7 +731,8 @@ typedef struct colibri_generate_result {
 /* Receives one non-empty piece of generated text: piece[0..piece_size) is complete UTF-8 and
  * NUL-terminated, valid only during the call. Return 0 to continue, non-zero to stop
  * (finish reason COLIBRI_FINISH_CANCELLED). Runs on the thread that called generate. It must
- * not use the same session; other libcolibri calls are fine. */
+ * not use the same session (such a call fails with BAD_STATE saying so); other libcolibri
+ * calls are fine, and their errors do not outlive a colibri_generate that returns OK. */
 typedef int32_t (*colibri_piece_fn)(void *user, const char *piece, size_t piece_size);
 
 /* Generates from prompt[0..prompt_count) (token ids; see colibri_tokenize and
@@ -699,8 +742,9 @@ typedef int32_t (*colibri_piece_fn)(void *user, const char *piece, size_t piece_
  * Cancellation by the callback is not an error: the status is COLIBRI_OK.
  * Errors: INVALID_ARGUMENT (empty prompt, bad option), CONTEXT_FULL (the prompt does not fit,
  * or the context filled up before max_tokens: the text so far was delivered), UNSUPPORTED (no
- * tokenizer), BAD_STATE (a stream is open), NON_FINITE, CALLBACK, OUT_OF_MEMORY.
- * One thread at a time per session. */
+ * tokenizer), BAD_STATE (a stream is open), NON_FINITE (generation stops: the message names
+ * the stage and the position; no token is sampled from non-finite logits), CALLBACK,
+ * OUT_OF_MEMORY. One thread at a time per session. */
 COLIBRI_API int32_t colibri_generate(colibri_session *session, const int32_t *prompt, size_t prompt_count,
                                      const colibri_generate_options *options, colibri_piece_fn on_piece,
                                      void *user, colibri_generate_result *result);
@@ -731,8 +775,9 @@ COLIBRI_API int32_t colibri_stream_get_result(const colibri_stream *stream, coli
 COLIBRI_API int32_t colibri_stream_tokens(const colibri_stream *stream, int32_t *tokens, size_t capacity,
                                           size_t *count);
 
-/* Ends the stream (stopping early is fine) and frees the session from it. NULL is a no-op.
- * One thread at a time (with its session). */
+/* Ends the stream (stopping early is fine) and frees the session from it. NULL is a no-op; a
+ * stream closed twice, or closed while a call runs on its session, is recorded as BAD_STATE
+ * and nothing happens (see "Misuse"). One thread at a time (with its session). */
 COLIBRI_API void colibri_stream_close(colibri_stream *stream);
 
 /* ======================================================================================
@@ -754,7 +799,8 @@ COLIBRI_API int32_t colibri_session_moe_layer(colibri_session *session, uint32_t
  * i < row_count, each row hidden_size floats (the routing weight is applied by the engine
  * afterwards). Return 0 on success; non-zero abandons the forward pass with
  * COLIBRI_ERROR_CALLBACK. Runs on the thread that called into the session, once per active
- * expert, in ascending expert order. */
+ * expert, in ascending expert order. It must not use the session it runs in (such a call
+ * fails with BAD_STATE saying so). */
 typedef int32_t (*colibri_expert_fn)(void *user, uint32_t layer, uint32_t expert, const float *rows_in,
                                      size_t row_count, size_t hidden_size, float *rows_out);
 

@@ -120,8 +120,10 @@ func WithPinThreads(pin bool) Option {
 	})
 }
 
-// WithNonFinitePolicy sets what happens when NaN/Inf reaches a guarded stage
-// (NonFiniteError or NonFiniteZero); also the default for sessions.
+// WithNonFinitePolicy sets what happens when NaN/Inf comes out of a guarded stage of
+// the forward pass (NonFiniteError or NonFiniteZero); also the default for sessions.
+// A non-finite final norm or logit row is always an error (StatusNonFinite, the
+// message naming the stage and position): no token is generated from it.
 func WithNonFinitePolicy(policy uint32) Option {
 	return withField(func(o *C.colibri_model_options) { o.non_finite_policy = C.uint32_t(policy) })
 }

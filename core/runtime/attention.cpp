@@ -54,7 +54,7 @@ void Session::prepare_rope(const BatchEntry *entries, size_t count) {
   });
 }
 
-void Session::attention(uint32_t layer, const BatchEntry *entries, size_t count) {
+Error Session::attention(uint32_t layer, const BatchEntry *entries, size_t count) {
   StageTimer timer(stats_, Stage::Attention);
   const model::ModelConfig &c = model_.config();
   const model::LayerWeights &w = model_.layers()[layer];
@@ -137,7 +137,9 @@ void Session::attention(uint32_t layer, const BatchEntry *entries, size_t count)
 
   // Output projection and residual.
   matmul(w.attn_output, b.attn.data(), count, b.ffn_out.data(), H);
+  if (Error e = guard_non_finite(b.ffn_out.data(), count, H, {"attention output", layer, true}, entries)) return e;
   pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->add(&b.x[t * H], &b.x[t * H], &b.ffn_out[t * H], H); });
+  return {};
 }
 
 }  // namespace colibri::runtime

@@ -67,7 +67,7 @@ std::unique_ptr<Generation> Generation::start(Session &session, const tokenizer:
 }
 
 Error Generation::step(int32_t *token) {
-  *token = sampler_.sample(session_.logits(0));
+  if (Error e = sampler_.sample(session_.logits(0), token)) return e;
   sampler_.accept(*token);
   generated_.push_back(*token);
   return {};

@@ -179,7 +179,8 @@ void Session::dense_ffn(const model::WeightMatrix &gate, const model::WeightMatr
   matmul(down, gate_buf, count, output, down.rows);
 }
 
-Error Session::ffn(uint32_t layer, size_t count, const Route *routes, const float *input, float *output) {
+Error Session::ffn(uint32_t layer, size_t count, const Route *routes, const float *input, float *output,
+                   const BatchEntry *entries) {
   const model::ModelConfig &c = model_.config();
   const model::LayerWeights &w = model_.layers()[layer];
   Buffers &b = *buffers_;
@@ -187,10 +188,11 @@ Error Session::ffn(uint32_t layer, size_t count, const Route *routes, const floa
   if (!w.is_moe) {
     StageTimer timer(stats_, Stage::Experts);
     dense_ffn(w.dense_gate, w.dense_up, w.dense_down, input, count, b.gate.data(), b.up.data(), output);
-    return {};
+    return guard_non_finite(output, count, H, {"dense FFN output", layer, true}, entries);
   }
-  // The non-finite guard sits where NaN/Inf would otherwise be routed and spread.
-  if (Error e = guard_non_finite(const_cast<float *>(input), count, H, "MoE input", layer)) return e;
+  // The non-finite guard sits where NaN/Inf would otherwise be routed and spread, and after
+  // the block (its experts' weights, an expert hook's rows, the shared expert).
+  if (Error e = guard_non_finite(const_cast<float *>(input), count, H, {"MoE input", layer, true}, entries)) return e;
   if (routes) {
     for (size_t i = 0; i < count * c.top_k; ++i) {
       b.topk_expert[i] = routes[i].expert;
@@ -211,7 +213,7 @@ Error Session::ffn(uint32_t layer, size_t count, const Route *routes, const floa
       kernels_->scale_add(&output[t * H], g, &shared[t * H], H);
     });
   }
-  return {};
+  return guard_non_finite(output, count, H, {"MoE output", layer, true}, entries);
 }
 
 }  // namespace colibri::runtime

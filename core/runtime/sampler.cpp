@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "util/strings.h"
 
@@ -78,9 +79,28 @@ void Sampler::accept(int32_t token) {
   history_next_ = (history_next_ + 1) % history_.size();
 }
 
-int32_t Sampler::sample(const float *logits_in) {
+Error Sampler::sample(const float *logits_in, int32_t *token) {
   float *logits = scratch_logits_.data();
-  std::copy(logits_in, logits_in + vocab_, logits);
+  // Copy and check in one pass: NaN or +inf has no meaning as a logit; -inf masks a token.
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  size_t bad = vocab_, candidates = 0;
+  for (size_t i = 0; i < vocab_; ++i) {
+    const float l = logits_in[i];
+    logits[i] = l;
+    if (bad == vocab_ && (std::isnan(l) || l == kInf)) bad = i;
+    candidates += l != -kInf ? 1 : 0;
+  }
+  if (bad != vocab_)
+    return make_error(ErrorKind::NonFinite,
+                      strprintf("logits[%zu] is %s: the sampler takes finite logits (-inf masks a token), so no token "
+                                "is picked",
+                                bad, std::isnan(logits_in[bad]) ? "NaN" : "+inf"));
+  if (candidates == 0) return make_error(ErrorKind::InvalidArgument, "every logit is -inf: no token can be sampled");
+  *token = pick(logits_in, logits);
+  return {};
+}
+
+int32_t Sampler::pick(const float *logits_in, float *logits) {
   // 1. Penalties over the tokens in the window.
   bool penalise = options_.repetition_penalty != 1.0f || options_.presence_penalty != 0.0f ||
                   options_.frequency_penalty != 0.0f;
@@ -108,7 +128,12 @@ int32_t Sampler::sample(const float *logits_in) {
   candidates_.clear();
   for (size_t i = 0; i < vocab_; ++i)
     if (std::isfinite(logits[i])) candidates_.push_back(static_cast<int32_t>(i));
-  if (candidates_.empty()) return 0;
+  if (candidates_.empty()) {  // the penalties pushed every logit to -inf (|logit| near FLT_MAX): greedy before them
+    size_t best = 0;
+    for (size_t i = 1; i < vocab_; ++i)
+      if (logits_in[i] > logits_in[best]) best = i;
+    return static_cast<int32_t>(best);
+  }
   auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   size_t keep = candidates_.size();
   if (options_.top_k > 0 && options_.top_k < keep) {

@@ -32,8 +32,11 @@ class Sampler {
  public:
   Sampler(const SamplerOptions &options, size_t vocab_size);
 
-  // Picks the next token from `logits` [vocab] (not modified).
-  int32_t sample(const float *logits);
+  // Picks the next token from `logits` [vocab] (not modified) into *token. -inf masks a
+  // token; a NaN or +inf logit is a NonFinite error naming its index, and a row with no
+  // finite logit an InvalidArgument error: no id is ever picked from such a row (*token is
+  // left as it was). The check is the copy pass the sampler makes anyway.
+  Error sample(const float *logits, int32_t *token);
   // Records a token (prompt or generated) in the penalty history.
   void accept(int32_t token);
   void reset();  // clears the history and re-seeds the generator
@@ -42,6 +45,8 @@ class Sampler {
 
  private:
   double next_uniform();  // [0, 1)
+  // The chain on checked logits: logits_in as given, logits the caller's copy (penalised here).
+  int32_t pick(const float *logits_in, float *logits);
 
   SamplerOptions options_;
   size_t vocab_;

@@ -148,6 +148,7 @@ Error Session::check_batch(const BatchEntry *entries, size_t count) const {
 
 Error Session::forward(const BatchEntry *entries, size_t count) {
   if (Error e = check_batch(entries, count)) return e;
+  logit_rows_ = 0;  // until this pass has produced its logits
   const util::ScopedThreadCpus on_node(bound_ ? &bound_cpus_ : nullptr);  // bind:N: the caller's share on node N
   const model::ModelConfig &c = model_.config();
   Buffers &b = *buffers_;
@@ -157,11 +158,12 @@ Error Session::forward(const BatchEntry *entries, size_t count) {
 
   // 1. Token embeddings into the residual stream x [count, hidden].
   embed(entries, count);
+  if (Error e = guard_non_finite(b.x.data(), count, H, {"token_embd", kNoLayer, true}, entries)) return e;
   prepare_rope(entries, count);
 
   for (uint32_t l = 0; l < c.layer_count; ++l) {
     // 2. Attention block: x += Attention(RMSNorm(x)) (writes this batch's K/V into the cache).
-    attention(l, entries, count);
+    if (Error e = attention(l, entries, count)) return e;
     // 3. FFN block: x += FFN(RMSNorm(x)); the FFN is the MoE block or a dense SwiGLU.
     {
       StageTimer timer(stats_, Stage::Experts);
@@ -170,20 +172,22 @@ Error Session::forward(const BatchEntry *entries, size_t count) {
         kernels_->rmsnorm(&b.xn[t * H], &b.x[t * H], norm, static_cast<float>(c.rms_norm_eps), H);
       });
     }
-    if (Error e = ffn(l, count, nullptr, b.xn.data(), b.ffn_out.data())) return e;
+    if (Error e = ffn(l, count, nullptr, b.xn.data(), b.ffn_out.data(), entries)) return e;
     StageTimer timer(stats_, Stage::Merge);
     pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->add(&b.x[t * H], &b.x[t * H], &b.ffn_out[t * H], H); });
   }
-
-  for (size_t i = 0; i < count; ++i)
-    sequence_lengths_[entries[i].sequence] = std::max(sequence_lengths_[entries[i].sequence], entries[i].position + 1);
 
   // 4. Final norm and LM head for the entries that want logits.
   size_t rows = 0;
   for (size_t i = 0; i < count; ++i)
     if (entries[i].want_logits) b.logit_sources[rows++] = static_cast<uint32_t>(i);
+  if (rows) {
+    if (Error e = lm_head(entries, rows)) return e;
+  }
   logit_rows_ = rows;
-  if (rows) lm_head(rows);
+  // 5. Only a pass that succeeded extends its sequences (a failed one leaves them as they were).
+  for (size_t i = 0; i < count; ++i)
+    sequence_lengths_[entries[i].sequence] = std::max(sequence_lengths_[entries[i].sequence], entries[i].position + 1);
   return {};
 }
 
@@ -258,7 +262,7 @@ void Session::matmuls(const MatmulJob *jobs, size_t job_count, const float *x, s
   });
 }
 
-void Session::lm_head(size_t rows) {
+Error Session::lm_head(const BatchEntry *entries, size_t rows) {
   StageTimer timer(stats_, Stage::LmHead);
   const model::ModelConfig &c = model_.config();
   Buffers &b = *buffers_;
@@ -267,21 +271,55 @@ void Session::lm_head(size_t rows) {
   pool_->parallel_for(rows, [&](size_t r, size_t) {
     kernels_->rmsnorm(&b.xn[r * H], &b.x[b.logit_sources[r] * H], norm, static_cast<float>(c.rms_norm_eps), H);
   });
+  // The residual stream is finite here (every block's output was checked), so a non-finite
+  // normed row comes from the final norm's weights; a non-finite logit from the LM head's.
+  if (Error e = guard_non_finite(b.xn.data(), rows, H, {"output_norm", kNoLayer, false}, entries, b.logit_sources.data()))
+    return e;
   matmul(model_.output(), b.xn.data(), rows, logits_.data(), c.vocab_size);
+  return guard_non_finite(logits_.data(), rows, c.vocab_size, {"logits", kNoLayer, false}, entries, b.logit_sources.data());
 }
 
-Error Session::guard_non_finite(float *rows, size_t count, size_t width, const char *stage, uint32_t layer) {
+namespace {
+
+// True when every value of row[0, n) is finite: one pass that ORs a flag per value (a value
+// is NaN or an infinity exactly when its exponent bits are all ones), with no early exit,
+// so the compiler vectorises it (the checked rows are in cache: they were just written).
+bool row_is_finite(const float *row, size_t n) {
+  constexpr uint32_t kExponent = 0x7f800000u;
+  uint32_t non_finite = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &row[i], sizeof bits);
+    non_finite |= static_cast<uint32_t>((bits & kExponent) == kExponent);
+  }
+  return non_finite == 0;
+}
+
+}  // namespace
+
+Error Session::guard_non_finite(float *rows, size_t count, size_t width, const GuardStage &stage,
+                                const BatchEntry *entries, const uint32_t *sources) {
   for (size_t t = 0; t < count; ++t) {
     float *row = rows + t * width;
-    bool finite = true;
-    for (size_t i = 0; i < width && finite; ++i) finite = std::isfinite(row[i]);
-    if (finite) continue;
-    if (options_.non_finite == NonFinitePolicy::Error)
+    if (row_is_finite(row, width)) continue;
+    if (options_.non_finite == NonFinitePolicy::Error || !stage.zeroable) {
+      const std::string where = stage.layer == kNoLayer ? std::string(stage.name)
+                                                        : strprintf("%s of layer %lld", stage.name, static_cast<long long>(stage.layer));
+      const BatchEntry *entry = entries ? &entries[sources ? sources[t] : t] : nullptr;
+      const std::string at = entry ? strprintf("at position %u of sequence %u", entry->position, entry->sequence)
+                                   : strprintf("in batch row %zu", t);
+      const std::string row_note = entry ? strprintf("; batch row %zu", t) : std::string();
+      // Past the last layer, the rows are the logits or what they are computed from.
       return make_error(ErrorKind::NonFinite,
-                        strprintf("a NaN or Inf reached the %s of layer %u (batch row %zu); the input or the weights "
-                                  "are not finite. Check the model with colibri-model verify --deep, or set the "
-                                  "non-finite policy to 'zero' to zero such rows and count them",
-                                  stage, layer, t));
+                        strprintf("%s not finite %s (stage: %s%s): a NaN or Inf came out of this stage, so the input "
+                                  "or the weights it reads are not finite. Check the model with colibri-model verify "
+                                  "--deep%s",
+                                  stage.zeroable ? "hidden states are" : "logits are", at.c_str(), where.c_str(),
+                                  row_note.c_str(),
+                                  stage.zeroable ? ", or set the non-finite policy to 'zero' to zero such rows and count them"
+                                                 : " (the non-finite policy 'zero' does not apply here: a zeroed row would "
+                                                   "make every token equally likely)"));
+    }
     std::fill(row, row + width, 0.0f);
     ++stats_.non_finite_rows;
   }
@@ -311,7 +349,7 @@ Error Session::moe_layer(uint32_t layer, const float *hidden, size_t count, cons
   float *input = buffers_->xn.data();
   std::memcpy(input, hidden, count * c.hidden_size * sizeof(float));
   const util::ScopedThreadCpus on_node(bound_ ? &bound_cpus_ : nullptr);  // bind:N: the caller's share on node N
-  return ffn(layer, count, routes, input, out);
+  return ffn(layer, count, routes, input, out, nullptr);
 }
 
 }  // namespace colibri::runtime

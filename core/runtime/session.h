@@ -115,9 +115,24 @@ class Session {
   void embed(const BatchEntry *entries, size_t count);
   // RoPE cos | sin of each entry's position into Buffers::rope_trig, for all layers.
   void prepare_rope(const BatchEntry *entries, size_t count);
-  void attention(uint32_t layer, const BatchEntry *entries, size_t count);
-  Error ffn(uint32_t layer, size_t count, const Route *routes, const float *input, float *output);
-  Error guard_non_finite(float *rows, size_t count, size_t width, const char *stage, uint32_t layer);
+  Error attention(uint32_t layer, const BatchEntry *entries, size_t count);
+  // entries: the batch (names the position of a non-finite row); null for moe_layer().
+  Error ffn(uint32_t layer, size_t count, const Route *routes, const float *input, float *output,
+            const BatchEntry *entries);
+  // A stage of the forward pass that the non-finite guard checks (docs/numerics.md).
+  struct GuardStage {
+    // "token_embd", "attention output", "MoE input", "MoE output", "dense FFN output", "output_norm", "logits"
+    const char *name;
+    int64_t layer;          // kNoLayer for the stages after the last layer
+    bool zeroable;          // policy Zero may zero a row (hidden states); never the final norm or the logits
+  };
+  static constexpr int64_t kNoLayer = -1;
+  // One pass over rows [count, width]: a row with a NaN or an infinity fails the call with
+  // NonFinite naming the stage, the batch row and (with entries) its sequence and position,
+  // or, under policy Zero at a zeroable stage, is zeroed and counted. Row t is entry
+  // entries[sources ? sources[t] : t].
+  Error guard_non_finite(float *rows, size_t count, size_t width, const GuardStage &stage, const BatchEntry *entries,
+                         const uint32_t *sources = nullptr);
   void route(const model::LayerWeights &w, const float *input, size_t count);
   Error run_experts(uint32_t layer, const model::LayerWeights &w, const float *input, size_t count, float *output);
   void dense_ffn(const model::WeightMatrix &gate, const model::WeightMatrix &up, const model::WeightMatrix &down,
@@ -139,7 +154,7 @@ class Session {
   // matrix), their rows cut into tasks of equal bytes across the matrices (row_split.h). Same
   // results as matmul() on each. The matrices must have the same column count (the width of x).
   void matmuls(const MatmulJob *jobs, size_t job_count, const float *x, size_t count);
-  void lm_head(size_t count);
+  Error lm_head(const BatchEntry *entries, size_t rows);
 
   const model::Model &model_;
   SessionOptions options_;

@@ -4,7 +4,8 @@
  * oracle, sampling, generation (callback with cancel, pull stream), the MoE layer API with
  * routes and an expert callback, stats, logging, and handle lifetime rules.
  *
- * Usage: test_capi IMAGE   (IMAGE: tests/fixtures/oracle/mixtral_gqa converted by colibri-model)
+ * Usage: test_capi IMAGE TMPDIR   (IMAGE: tests/fixtures/oracle/mixtral_gqa converted by
+ * colibri-model; TMPDIR: a scratch directory that also holds the NaN images make_nan_image wrote)
  * The oracle's ids and the logits file come from compile definitions (tests/capi/CMakeLists.txt). */
 #include <math.h>
 #include <stddef.h>
@@ -552,6 +553,11 @@ static void test_sampler(void) {
     }
     for (i = 0; i < 8; ++i) odd[i] = -INFINITY;
     CHECK_STATUS(colibri_sampler_sample(sampler, odd, &token), COLIBRI_ERROR_INVALID_ARGUMENT);
+    /* An all-NaN row (what a NaN weight after the last MoE input makes): never an id. */
+    for (i = 0; i < 8; ++i) odd[i] = (float)NAN;
+    token = -7;
+    CHECK_STATUS(colibri_sampler_sample(sampler, odd, &token), COLIBRI_ERROR_NON_FINITE);
+    CHECK(token == -7);
   }
   colibri_sampler_free(sampler);
   /* Seeded sampling reproduces. */
@@ -862,6 +868,227 @@ static void test_non_finite_policy(void) {
   colibri_session_free(lenient);
 }
 
+/* NaN after the last MoE input (issue 18, item 7): the tiny synthetic model with its final
+ * norm, or its last layer's experts, all NaN (written by make_nan_image into TMPDIR). Every
+ * form of generation stops with NON_FINITE naming the stage and the position; no token comes
+ * out, and the session holds no logits to read. */
+static void test_non_finite_generation(const char *dir) {
+  static const struct {
+    const char *file;
+    const char *stage;
+  } cases[] = {{"nan_output_norm.colibri", "(stage: output_norm;"},
+               {"nan_last_experts.colibri", "(stage: MoE output of layer 1;"}};
+  const int32_t prompt[] = {1, 5, 6}; /* <s> and two letters of the tiny vocabulary */
+  size_t c;
+  for (c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+    char path[1024], message[1024];
+    colibri_model *model = NULL;
+    colibri_session *session = NULL;
+    colibri_stream *stream = NULL;
+    colibri_generate_options g;
+    colibri_sampler_options sampling;
+    colibri_generate_result result;
+    struct collected pieces;
+    const float *logits = NULL;
+    int greedy;
+    snprintf(path, sizeof path, "%s/%s", dir, cases[c].file);
+    CHECK_OK(colibri_model_open(path, NULL, &model));
+    if (!model) continue;
+    session = make_session(model, 1);
+    for (greedy = 1; greedy >= 0; --greedy) {
+      greedy_options(&g, &sampling);
+      g.max_tokens = 8;
+      if (!greedy) sampling.temperature = 0.8f;
+      memset(&pieces, 0, sizeof pieces);
+      memset(&result, 0, sizeof result);
+      result.struct_size = sizeof result;
+      CHECK_STATUS(colibri_generate(session, prompt, 3, &g, collect_piece, &pieces, &result), COLIBRI_ERROR_NON_FINITE);
+      CHECK(pieces.pieces == 0 && result.generated_token_count == 0);
+      colibri_last_error(message, sizeof message, NULL);
+      CHECK(strstr(message, cases[c].stage) != NULL);
+      CHECK(strstr(message, "position") != NULL);
+      if (!strstr(message, cases[c].stage)) fprintf(stderr, "  message: %s\n", message);
+    }
+    CHECK_STATUS(colibri_stream_open(session, prompt, 3, &g, &stream), COLIBRI_ERROR_NON_FINITE);
+    CHECK(stream == NULL);
+    /* The raw forward calls: decode fails the same way and leaves no logits behind. */
+    CHECK_OK(colibri_session_reset(session));
+    CHECK_STATUS(colibri_session_decode(session, 0, 1), COLIBRI_ERROR_NON_FINITE);
+    colibri_last_error(message, sizeof message, NULL);
+    CHECK(strstr(message, cases[c].stage) != NULL && strstr(message, "at position 0 of sequence 0") != NULL);
+    CHECK_STATUS(colibri_session_logits(session, 0, &logits, NULL, NULL), COLIBRI_ERROR_BAD_STATE);
+    CHECK(logits == NULL);
+    colibri_session_free(session);
+    colibri_model_close(model);
+  }
+}
+
+/* Misuse of handles (issue 18, item 6): double frees, calls on freed handles, handles of the
+ * wrong type and garbage pointers are BAD_STATE with a message, never a crash; a callback that
+ * calls back into its own session is told so; a callback's failed call does not outlive the
+ * outer call that succeeds (colibri_last_error is cleared by it). */
+static int last_error_has(int32_t status, const char *text) {
+  char message[1024];
+  int32_t got = colibri_last_error(message, sizeof message, NULL);
+  if (got != status || strstr(message, text) == NULL) {
+    fprintf(stderr, "  last error %d '%s', expected %d containing '%s'\n", got, message, status, text);
+    return 0;
+  }
+  return 1;
+}
+
+struct reentry {
+  colibri_session *session;
+  colibri_model *model;
+  int32_t decode_status;
+  int32_t logits_status;
+  int32_t free_checked;
+  char message[1024];
+  int pieces;
+};
+
+/* A piece callback that misuses its own session, then makes a failing call of its own. */
+static int32_t reenter_piece(void *user, const char *piece, size_t size) {
+  struct reentry *r = (struct reentry *)user;
+  const float *logits = NULL;
+  (void)piece;
+  (void)size;
+  if (r->pieces++ == 0) {
+    r->decode_status = colibri_session_decode(r->session, 0, 1);
+    colibri_last_error(r->message, sizeof r->message, NULL);
+    r->logits_status = colibri_session_logits(r->session, 0, &logits, NULL, NULL);
+    colibri_session_free(r->session); /* refused: the session is running this callback */
+    r->free_checked = last_error_has(COLIBRI_ERROR_BAD_STATE, "inside a callback");
+    /* A failing call of the callback's own: its error must not survive generate's OK. */
+    CHECK_STATUS(colibri_tokenize(r->model, NULL, 3, 0, NULL, 0, NULL), COLIBRI_ERROR_INVALID_ARGUMENT);
+  }
+  return 0;
+}
+
+static int32_t reenter_expert(void *user, uint32_t layer, uint32_t expert, const float *rows_in, size_t row_count,
+                              size_t hidden, float *rows_out) {
+  struct reentry *r = (struct reentry *)user;
+  uint32_t length = 0;
+  (void)layer;
+  (void)expert;
+  (void)rows_in;
+  if (r->pieces++ == 0) {
+    r->decode_status = colibri_session_sequence_length(r->session, 0, &length);
+    colibri_last_error(r->message, sizeof r->message, NULL);
+  }
+  memset(rows_out, 0, row_count * hidden * sizeof(float));
+  return 0;
+}
+
+static void test_misuse(const char *tmpdir) {
+  colibri_model *model = open_model(), *model2 = NULL;
+  colibri_session *session = make_session(model, 1), *freed = make_session(model, 1);
+  colibri_sampler *sampler = NULL;
+  colibri_stream *stream = NULL;
+  colibri_generate_options g;
+  colibri_sampler_options so;
+  colibri_model_info info;
+  const int32_t prompt[] = {1, 5, 6};
+  const char *piece = NULL;
+  int32_t token = 0;
+  float logits[4] = {0.0f, 1.0f, 2.0f, 3.0f};
+  uint32_t length = 0;
+  union {
+    unsigned char bytes[256];
+    uint64_t align;
+  } garbage;
+  (void)tmpdir;
+  memset(garbage.bytes, 0x5A, sizeof garbage.bytes);
+
+  /* Double free / close of each handle type: recorded as BAD_STATE, nothing else happens. */
+  colibri_session_free(freed);
+  CHECK(last_error_has(COLIBRI_OK, ""));
+  colibri_session_free(freed);
+  CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "already freed"));
+  CHECK_STATUS(colibri_session_decode(freed, 0, 1), COLIBRI_ERROR_BAD_STATE); /* use after free */
+  CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "already freed"));
+  CHECK_STATUS(colibri_session_get_info(freed, NULL), COLIBRI_ERROR_BAD_STATE);
+  CHECK_STATUS(colibri_generate(freed, prompt, 3, NULL, NULL, NULL, NULL), COLIBRI_ERROR_BAD_STATE);
+
+  CHECK_OK(colibri_sampler_create(NULL, 4, &sampler));
+  colibri_sampler_free(sampler);
+  colibri_sampler_free(sampler);
+  CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "colibri_sampler"));
+  CHECK_STATUS(colibri_sampler_sample(sampler, logits, &token), COLIBRI_ERROR_BAD_STATE);
+
+  greedy_options(&g, &so);
+  g.max_tokens = 2;
+  CHECK_OK(colibri_stream_open(session, prompt, 3, &g, &stream));
+  colibri_stream_close(stream);
+  CHECK(last_error_has(COLIBRI_OK, ""));
+  colibri_stream_close(stream);
+  CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "already closed"));
+  CHECK_STATUS(colibri_stream_next(stream, &piece, NULL), COLIBRI_ERROR_BAD_STATE);
+  CHECK(piece != NULL && piece[0] == '\0');
+  CHECK_OK(colibri_session_decode(session, 0, 1)); /* the session is free of the closed stream */
+
+  CHECK_OK(colibri_model_open(g_image_path, NULL, &model2));
+  colibri_model_close(model2);
+  colibri_model_close(model2);
+  CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "already closed"));
+  info.struct_size = sizeof info;
+  CHECK_STATUS(colibri_model_get_info(model2, &info), COLIBRI_ERROR_BAD_STATE);
+  CHECK_STATUS(colibri_session_create(model2, NULL, &freed), COLIBRI_ERROR_BAD_STATE);
+  CHECK(freed == NULL);
+
+  /* A handle of another type, garbage memory, a misaligned or small pointer. */
+  CHECK_STATUS(colibri_session_decode((colibri_session *)model, 0, 1), COLIBRI_ERROR_BAD_STATE);
+  CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "is a colibri_model handle, not a colibri_session"));
+  CHECK_STATUS(colibri_model_get_info((colibri_model *)session, &info), COLIBRI_ERROR_BAD_STATE);
+  CHECK_STATUS(colibri_session_decode((colibri_session *)garbage.bytes, 0, 1), COLIBRI_ERROR_BAD_STATE);
+  CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "not a live colibri_session"));
+  CHECK_STATUS(colibri_session_decode((colibri_session *)(garbage.bytes + 3), 0, 1), COLIBRI_ERROR_BAD_STATE);
+  CHECK_STATUS(colibri_sampler_sample((colibri_sampler *)(size_t)8, logits, &token), COLIBRI_ERROR_BAD_STATE);
+  CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "no handle lies at that address"));
+  colibri_session_free((colibri_session *)garbage.bytes);
+  CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "not a live colibri_session"));
+  colibri_model_close((colibri_model *)garbage.bytes);
+  colibri_stream_close((colibri_stream *)garbage.bytes);
+  colibri_sampler_free((colibri_sampler *)garbage.bytes);
+  CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "not a live colibri_sampler"));
+  CHECK_STATUS(colibri_session_sequence_length(NULL, 0, &length), COLIBRI_ERROR_INVALID_ARGUMENT);
+
+  /* A piece callback that calls back into its own session: told so; generation goes on. */
+  {
+    struct reentry r;
+    struct collected unused;
+    colibri_generate_result result;
+    memset(&r, 0, sizeof r);
+    memset(&unused, 0, sizeof unused);
+    r.session = session;
+    r.model = model;
+    g.max_tokens = 4;
+    result.struct_size = sizeof result;
+    CHECK_OK(colibri_generate(session, prompt, 3, &g, reenter_piece, &r, &result));
+    CHECK(r.decode_status == COLIBRI_ERROR_BAD_STATE && strstr(r.message, "callback") != NULL);
+    CHECK(r.logits_status == COLIBRI_ERROR_BAD_STATE);
+    CHECK(r.free_checked);
+    CHECK(result.generated_token_count == 4);
+    /* The callback's own INVALID_ARGUMENT was cleared by generate's OK (the header's promise). */
+    CHECK(last_error_has(COLIBRI_OK, ""));
+    CHECK_OK(colibri_session_decode(session, 0, 1)); /* not freed by the callback */
+    (void)unused;
+  }
+  /* The same from an expert callback. */
+  {
+    struct reentry r;
+    memset(&r, 0, sizeof r);
+    r.session = session;
+    CHECK_OK(colibri_session_set_expert_fn(session, reenter_expert, &r));
+    CHECK_OK(colibri_session_reset(session));
+    CHECK_OK(colibri_session_decode(session, 0, 1));
+    CHECK(r.decode_status == COLIBRI_ERROR_BAD_STATE && strstr(r.message, "callback") != NULL);
+    CHECK_OK(colibri_session_set_expert_fn(session, NULL, NULL));
+  }
+  colibri_session_free(session);
+  colibri_model_close(model);
+}
+
 /* KV cache in f16: greedy tokens still match the oracle on this model. */
 static void test_kv_f16(colibri_model *model) {
   colibri_session_options so;
@@ -1076,6 +1303,8 @@ int main(int argc, char **argv) {
   test_load_into_memory(model);
   colibri_model_close(model);
   test_non_finite_policy();
+  test_non_finite_generation(tmpdir);
+  test_misuse(tmpdir);
   test_logging();
   printf("test_capi: %d checks, %d failures\n", g_checks, g_failures);
   return g_failures == 0 ? 0 : 1;

@@ -238,6 +238,17 @@ TEST_CASE("run on an image whose tokenizer this build cannot load says why", "[c
   CHECK_THAT(r.err, Contains("tokenizer could not be loaded") && Contains("WordPiece"));
 }
 
+TEST_CASE("NaN after the last MoE input fails run with the stage named, never token 0 forever", "[cli][errors][nonfinite]") {
+  // COLIBRI_NAN_IMAGE: the tiny synthetic model with its final norm all NaN (make_nan_image).
+  for (const std::string sampling : {"--temp 0", "--temp 0.8 --seed 3"}) {
+    INFO(sampling);
+    Run r = colibri("run --raw -m " COLIBRI_NAN_IMAGE " -p ab -n 8 " + sampling);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.err, Contains("not finite") && Contains("(stage: output_norm;") && Contains("position"));
+    CHECK(r.out.empty());  // no token text was printed
+  }
+}
+
 TEST_CASE("a device given to -f is refused, not read until memory runs out", "[cli][errors]") {
   for (const std::string command : {"tokenize", "run", "perplexity"}) {
     INFO(command);

@@ -14,6 +14,7 @@
 #include "runtime/oracle_support.h"
 #include "runtime/router.h"
 #include "runtime/row_split.h"
+#include "support/synthetic_model.h"
 
 using namespace colibri;
 
@@ -174,6 +175,86 @@ TEST_CASE("non-finite guard: policy error reports, policy zero zeroes the row an
   REQUIRE(lenient->moe_layer(1, hidden.data(), 3, nullptr, out.data()).ok());
   CHECK(lenient->stats().non_finite_rows == 1);
   for (float v : out) CHECK(std::isfinite(v));
+}
+
+namespace {
+
+// A complete synthetic model (tests/support/synthetic_model.h) with one tensor all NaN.
+std::unique_ptr<model::Model> model_with_nan(const model::ModelConfig &config, const std::string &tensor) {
+  testing::ModelImageParts parts = testing::model_parts(config);
+  parts.nan_tensors = {tensor};
+  const std::string path = testing::temp_dir("nonfinite") + "/" + tensor + ".colibri";
+  REQUIRE_FALSE(testing::write_model_parts(path, parts));
+  auto m = testing::load_model(path);
+  REQUIRE(m);
+  return m;
+}
+
+model::ModelConfig dense_and_shared_config() {  // Qwen2-MoE: layer 0 dense, layer 1 MoE with a shared expert
+  model::ModelConfig c = testing::tiny_model_config();
+  c.family = model::kFamilyQwen2Moe;
+  c.hf_architecture = "Qwen2MoeForCausalLM";
+  c.shared_expert_ffn_size = 32;
+  c.shared_expert_gate = true;
+  c.dense_ffn_size = 48;
+  c.layer_is_moe = {0, 1};
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("non-finite guard: every stage to the logits is checked, and the error names the stage and position",
+          "[engine][nonfinite]") {
+  struct Case {
+    model::ModelConfig config;
+    const char *tensor;
+    const char *stage;
+    bool zeroable;  // policy zero zeroes the rows and goes on; the final norm and logits always fail
+  };
+  const model::ModelConfig mixtral = testing::tiny_model_config(), qwen2 = dense_and_shared_config();
+  const Case cases[] = {
+      {mixtral, "token_embd", "(stage: token_embd;", true},
+      {mixtral, "blk.0.attn_output", "(stage: attention output of layer 0;", true},
+      {mixtral, "blk.1.ffn_norm", "(stage: MoE input of layer 1;", true},
+      {mixtral, "blk.1.ffn_down_exps", "(stage: MoE output of layer 1;", true},  // the last layer's experts
+      {qwen2, "blk.0.ffn_down", "(stage: dense FFN output of layer 0;", true},
+      {qwen2, "blk.1.ffn_down_shexp", "(stage: MoE output of layer 1;", true},  // the shared expert
+      {mixtral, "output_norm", "(stage: output_norm;", false},
+      {mixtral, "output", "(stage: logits;", false},
+  };
+  // A prefill of 3 tokens; only the last wants logits (position 2).
+  const runtime::BatchEntry batch[] = {{0, 0, 5, 0}, {0, 1, 6, 0}, {0, 2, 7, 1}};
+  for (const Case &k : cases) {
+    INFO(k.tensor);
+    auto m = model_with_nan(k.config, k.tensor);
+    auto strict = make_session(*m);
+    Error e = strict->forward(batch, 3);
+    CHECK(e.kind == ErrorKind::NonFinite);
+    CHECK_THAT(e.message, Catch::Contains(k.stage));
+    CHECK_THAT(e.message, Catch::Contains(k.zeroable ? "at position 0 of sequence 0" : "at position 2 of sequence 0"));
+    CHECK(strict->logit_rows() == 0);  // no logits to read after a failed pass
+    CHECK(strict->sequence_length(0) == 0);
+    auto lenient = make_session(*m, 1, 2, runtime::NonFinitePolicy::Zero);
+    Error z = lenient->forward(batch, 3);
+    if (k.zeroable) {
+      REQUIRE(z.ok());
+      CHECK(lenient->stats().non_finite_rows >= 3);
+      REQUIRE(lenient->logit_rows() == 1);
+      for (size_t i = 0; i < m->config().vocab_size; ++i) CHECK(std::isfinite(lenient->logits(0)[i]));
+    } else {
+      CHECK(z.kind == ErrorKind::NonFinite);
+      CHECK_THAT(z.message, Catch::Contains(k.stage) && Catch::Contains("'zero' does not apply"));
+    }
+  }
+  // The same model without NaN passes: the guard does not fire on finite values.
+  testing::ModelImageParts parts = testing::model_parts(mixtral);
+  const std::string path = testing::temp_dir("nonfinite") + "/finite.colibri";
+  REQUIRE_FALSE(testing::write_model_parts(path, parts));
+  auto finite = testing::load_model(path);
+  REQUIRE(finite);
+  auto s = make_session(*finite);
+  REQUIRE(s->forward(batch, 3).ok());
+  CHECK(s->stats().non_finite_rows == 0);
 }
 
 TEST_CASE("a session whose KV cache cannot fit is refused with its size, before anything is allocated", "[engine]") {

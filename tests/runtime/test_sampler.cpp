@@ -1,6 +1,7 @@
 // tests/runtime/test_sampler.cpp — each stage of the sampler chain, and reproducibility.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -20,9 +21,17 @@ SamplerOptions plain(float temperature) {
   return o;
 }
 
+// One draw that must succeed.
+int32_t draw(Sampler &s, const std::vector<float> &logits) {
+  int32_t token = -1;
+  const colibri::Error e = s.sample(logits.data(), &token);
+  REQUIRE(e.ok());
+  return token;
+}
+
 std::map<int32_t, int> histogram(Sampler &s, const std::vector<float> &logits, int draws) {
   std::map<int32_t, int> h;
-  for (int i = 0; i < draws; ++i) ++h[s.sample(logits.data())];
+  for (int i = 0; i < draws; ++i) ++h[draw(s, logits)];
   return h;
 }
 
@@ -31,7 +40,7 @@ std::map<int32_t, int> histogram(Sampler &s, const std::vector<float> &logits, i
 TEST_CASE("greedy picks the argmax, ties to the lower id", "[sampler]") {
   Sampler s(plain(0.0f), 5);
   std::vector<float> logits = {0.1f, 2.0f, -1.0f, 2.0f, 1.9f};
-  CHECK(s.sample(logits.data()) == 1);
+  CHECK(draw(s, logits) == 1);
 }
 
 TEST_CASE("same seed, same tokens, another seed, another sequence", "[sampler]") {
@@ -42,16 +51,16 @@ TEST_CASE("same seed, same tokens, another seed, another sequence", "[sampler]")
     o.seed = seed;
     Sampler s(o, logits.size());
     std::vector<int32_t> out;
-    for (int i = 0; i < 64; ++i) out.push_back(s.sample(logits.data()));
+    for (int i = 0; i < 64; ++i) out.push_back(draw(s, logits));
     return out;
   };
   CHECK(run(7) == run(7));
   CHECK(run(7) != run(8));
   // reset() re-seeds: the sequence starts over.
   Sampler s(plain(1.0f), logits.size());
-  int32_t first = s.sample(logits.data());
+  int32_t first = draw(s, logits);
   s.reset();
-  CHECK(s.sample(logits.data()) == first);
+  CHECK(draw(s, logits) == first);
 }
 
 TEST_CASE("temperature sharpens and flattens the distribution", "[sampler]") {
@@ -100,24 +109,24 @@ TEST_CASE("repetition, presence and frequency penalties act on the window", "[sa
   o.repetition_penalty = 1.2f;  // 2.0 / 1.2 = 1.67 < 1.9
   Sampler rep(o, 3);
   rep.accept(0);
-  CHECK(rep.sample(logits.data()) == 1);
+  CHECK(draw(rep, logits) == 1);
 
   SamplerOptions f = plain(0.0f);
   f.frequency_penalty = 0.06f;  // token 0 seen twice: 2.0 - 0.12 = 1.88 < 1.9
   Sampler freq(f, 3);
   freq.accept(0);
-  CHECK(freq.sample(logits.data()) == 0);  // once: 1.94 > 1.9
+  CHECK(draw(freq, logits) == 0);  // once: 1.94 > 1.9
   freq.accept(0);
-  CHECK(freq.sample(logits.data()) == 1);
+  CHECK(draw(freq, logits) == 1);
 
   SamplerOptions p = plain(0.0f);
   p.presence_penalty = 0.2f;
   p.penalty_last_n = 1;  // only the last token counts
   Sampler pres(p, 3);
   pres.accept(0);
-  CHECK(pres.sample(logits.data()) == 1);
+  CHECK(draw(pres, logits) == 1);
   pres.accept(2);  // token 0 leaves the window
-  CHECK(pres.sample(logits.data()) == 0);
+  CHECK(draw(pres, logits) == 0);
 }
 
 TEST_CASE("absurd sampler options are refused with the field name", "[sampler]") {
@@ -131,4 +140,41 @@ TEST_CASE("absurd sampler options are refused with the field name", "[sampler]")
   o.repetition_penalty = std::nanf("");
   CHECK_THAT(o.validate().message, Catch::Contains("repetition_penalty"));
   CHECK(SamplerOptions{}.validate().ok());
+}
+
+TEST_CASE("no id is ever picked from a row with NaN or +inf, or with every logit -inf", "[sampler][nonfinite]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  SamplerOptions penalised = plain(0.7f);
+  penalised.top_k = 3;
+  penalised.repetition_penalty = 1.3f;
+  for (const SamplerOptions &o : {plain(0.0f), plain(1.0f), penalised}) {
+    INFO("temperature " << o.temperature);
+    Sampler s(o, 6);
+    s.accept(1);
+    const int32_t untouched = 12345;
+    int32_t token = untouched;
+    const std::vector<float> all_nan(6, nan);
+    colibri::Error e = s.sample(all_nan.data(), &token);
+    CHECK(e.kind == colibri::ErrorKind::NonFinite);
+    CHECK_THAT(e.message, Catch::Contains("logits[0] is NaN"));
+    CHECK(token == untouched);
+    // One NaN among finite logits (greedy used to skip it, or pick 0 when it was first).
+    const std::vector<float> one_nan = {0.5f, 1.0f, 2.0f, nan, 0.0f, -1.0f};
+    e = s.sample(one_nan.data(), &token);
+    CHECK(e.kind == colibri::ErrorKind::NonFinite);
+    CHECK_THAT(e.message, Catch::Contains("logits[3] is NaN"));
+    const std::vector<float> plus_inf = {0.5f, inf, 2.0f, 0.0f, 0.0f, -1.0f};
+    e = s.sample(plus_inf.data(), &token);
+    CHECK(e.kind == colibri::ErrorKind::NonFinite);
+    CHECK_THAT(e.message, Catch::Contains("logits[1] is +inf"));
+    const std::vector<float> masked(6, -inf);
+    e = s.sample(masked.data(), &token);
+    CHECK(e.kind == colibri::ErrorKind::InvalidArgument);
+    CHECK_THAT(e.message, Catch::Contains("every logit is -inf"));
+    CHECK(token == untouched);
+    // -inf masks: only the one unmasked token can come out.
+    std::vector<float> one_left(6, -inf);
+    one_left[4] = -3.0f;
+    for (int i = 0; i < 20; ++i) CHECK(draw(s, one_left) == 4);
+  }
 }

@@ -1,7 +1,9 @@
 // tests/support/synthetic_model.cpp — complete model images for tests (see the header).
 #include "support/synthetic_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "image/dtype_convert.h"
@@ -131,6 +133,9 @@ Error write_model_parts(const std::string &path, const ModelImageParts &parts, u
   image::WriterOptions options;
   options.alignment = parts.alignment;
   options.overwrite = true;
+  for (const std::string &name : parts.nan_tensors)
+    if (std::none_of(parts.tensors.begin(), parts.tensors.end(), [&](const image::TensorSpec &t) { return t.name == name; }))
+      return make_error(ErrorKind::InvalidArgument, "nan_tensors: the model has no tensor " + name);
   image::ImageWriter writer;
   if (Error e = writer.begin(path, options, parts.header, parts.tensors, parts.metadata_text.empty() ? parts.metadata.dump() : parts.metadata_text)) return e;
   std::mt19937 rng(seed);
@@ -145,8 +150,10 @@ Error write_model_parts(const std::string &path, const ModelImageParts &parts, u
     const float scale = 1.0f / std::sqrt(static_cast<float>(cols));
     row.resize(cols);
     encoded.resize(image::row_bytes(t.dtype, t.group_size, cols));
+    const bool nan = std::find(parts.nan_tensors.begin(), parts.nan_tensors.end(), t.name) != parts.nan_tensors.end();
     for (uint64_t r = 0; r < rows; ++r) {
       for (float &v : row) v = t.shape.size() == 1 ? 1.0f + 0.1f * normal(rng) : 2.0f * scale * normal(rng);
+      if (nan) std::fill(row.begin(), row.end(), std::numeric_limits<float>::quiet_NaN());
       if (t.dtype == image::DType::Q8) image::quantize_row_q8(row.data(), cols, t.group_size, encoded.data(), nullptr);
       else image::encode_floats(t.dtype, row.data(), cols, encoded.data());
       if (Error e = writer.append(encoded.data(), encoded.size())) return e;

@@ -33,6 +33,9 @@ struct ModelImageParts {
   std::vector<image::TensorSpec> tensors;  // in file order
   image::ModelHeaderFields header;
   uint64_t alignment = image::kMinAlignment;
+  // Tensors whose every value is written as NaN (a float dtype: q8 cannot hold one), for the
+  // non-finite guard's tests.
+  std::vector<std::string> nan_tensors;
 };
 
 // The consistent parts of a model with `config`: matrices in `dtype` (the storage policy of

@@ -23,7 +23,10 @@
 //! [`Model`] is `Send + Sync` (and cheap to clone): the model is immutable and shared by any
 //! number of threads and sessions. [`Session`] is `Send` but not `Sync`: one thread at a time,
 //! which the borrow checker enforces (calls that run the model take `&mut self`). Different
-//! sessions of one model run concurrently.
+//! sessions of one model run concurrently. The library checks the same at run time for
+//! callers outside Rust (colibri.h, "Misuse"): a session in use by another thread, a callback
+//! that calls back into its own session, and a freed or foreign handle are
+//! [`Status::BAD_STATE`], never a crash.
 //!
 //! ```compile_fail
 //! fn shared<T: Sync>() {}
@@ -420,7 +423,9 @@ pub enum Advice {
     HugePage,
 }
 
-/// What happens when NaN/Inf reaches a guarded stage.
+/// What happens when NaN/Inf comes out of a guarded stage of the forward pass. A non-finite
+/// final norm or logit row is always [`Status::NON_FINITE`] (the message names the stage and
+/// position): no token is generated from it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NonFinitePolicy {
     /// The call fails with [`Status::NON_FINITE`].

@@ -1,0 +1,169 @@
+// tests/capi/test_session_threads.cpp — two threads on one session (issue 18, item 6): the
+// second thread's calls are refused with BAD_STATE "in use by another thread" while the first
+// thread's call runs, a free from the second thread is refused, and a storm of calls from
+// four threads on one session gives only OK, BAD_STATE or CONTEXT_FULL, never a crash or an
+// abort in the engine. Linked against libcolibri.so and colibri.h only.
+//
+// Usage: test_session_threads IMAGE
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "colibri.h"
+
+namespace {
+
+int g_failures = 0;
+
+#define EXPECT(cond)                                                            \
+  do {                                                                          \
+    if (!(cond)) {                                                              \
+      ++g_failures;                                                             \
+      std::fprintf(stderr, "%s:%d: EXPECT failed: %s\n", __FILE__, __LINE__, #cond); \
+    }                                                                           \
+  } while (0)
+
+std::string last_error() {
+  char message[1024];
+  colibri_last_error(message, sizeof message, nullptr);
+  return message;
+}
+
+colibri_session *make_session(colibri_model *model) {
+  colibri_session_options so;
+  colibri_session_options_init(&so, sizeof so);
+  so.context_length = 64;
+  so.threads = 2;
+  colibri_session *session = nullptr;
+  if (colibri_session_create(model, &so, &session) != COLIBRI_OK) std::fprintf(stderr, "session: %s\n", last_error().c_str());
+  return session;
+}
+
+// Thread A generates; its piece callback holds the session (A is inside colibri_generate)
+// until thread B has tried every call on it.
+struct Handshake {
+  std::atomic<int> a_inside{0};
+  std::atomic<int> b_done{0};
+};
+
+int32_t hold_until_b_is_done(void *user, const char *, size_t) {
+  auto *h = static_cast<Handshake *>(user);
+  h->a_inside.store(1);
+  while (!h->b_done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return 0;
+}
+
+void second_thread_is_refused(colibri_model *model) {
+  colibri_session *session = make_session(model);
+  if (!session) {
+    ++g_failures;
+    return;
+  }
+  Handshake h;
+  int32_t a_status = COLIBRI_ERROR_INTERNAL;
+  colibri_generate_result result{};
+  result.struct_size = sizeof result;
+  std::thread a([&] {
+    colibri_sampler_options sampler;
+    colibri_sampler_options_init(&sampler, sizeof sampler);
+    sampler.temperature = 0.0f;
+    colibri_generate_options g;
+    colibri_generate_options_init(&g, sizeof g);
+    g.max_tokens = 4;
+    g.ignore_eos = 1;
+    g.sampler = &sampler;
+    const int32_t prompt[] = {1, 5, 6};
+    a_status = colibri_generate(session, prompt, 3, &g, hold_until_b_is_done, &h, &result);
+  });
+  while (!h.a_inside.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Thread B (this one), while A's call runs:
+  EXPECT(colibri_session_decode(session, 0, 1) == COLIBRI_ERROR_BAD_STATE);
+  EXPECT(last_error().find("in use by another thread") != std::string::npos);
+  const float *logits = nullptr;
+  EXPECT(colibri_session_logits(session, 0, &logits, nullptr, nullptr) == COLIBRI_ERROR_BAD_STATE && !logits);
+  uint32_t length = 0;
+  EXPECT(colibri_session_sequence_length(session, 0, &length) == COLIBRI_ERROR_BAD_STATE);
+  colibri_stream *stream = nullptr;
+  const int32_t prompt[] = {1, 5};
+  EXPECT(colibri_stream_open(session, prompt, 2, nullptr, &stream) == COLIBRI_ERROR_BAD_STATE && !stream);
+  EXPECT(colibri_session_reset(session) == COLIBRI_ERROR_BAD_STATE);
+  colibri_session_free(session);  // refused: A is using it
+  EXPECT(last_error().find("in use by another thread; nothing was freed") != std::string::npos);
+  colibri_session_info info{};
+  info.struct_size = sizeof info;
+  EXPECT(colibri_session_get_info(session, &info) == COLIBRI_OK);  // immutable: allowed
+  h.b_done.store(1);
+  a.join();
+  EXPECT(a_status == COLIBRI_OK);
+  EXPECT(result.generated_token_count == 4);
+  EXPECT(colibri_session_decode(session, 0, 1) == COLIBRI_OK);  // free again once A returned
+  colibri_session_free(session);
+}
+
+// Four threads decode, read logits and reset on one session at once. The old library let them
+// into the engine together (an abort in a kernel precondition, or worse).
+void storm(colibri_model *model) {
+  constexpr int kThreads = 4, kCalls = 300;
+  colibri_session *session = make_session(model);
+  if (!session) {
+    ++g_failures;
+    return;
+  }
+  std::atomic<int> ok{0}, busy{0}, full{0}, other{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kCalls; ++i) {
+        int32_t s;
+        const float *logits = nullptr;
+        switch ((i + t) % 3) {
+          case 0: s = colibri_session_decode(session, 0, 5 + t); break;
+          case 1: s = colibri_session_logits(session, 0, &logits, nullptr, nullptr); break;
+          default: s = i % 30 == 2 ? colibri_session_reset(session) : colibri_session_decode(session, 0, 7); break;
+        }
+        if (s == COLIBRI_OK) {
+          ++ok;
+        } else if (s == COLIBRI_ERROR_BAD_STATE) {
+          const std::string m = last_error();
+          // In use by another thread, or no logits yet (a reset or the first call).
+          if (m.find("in use by another thread") != std::string::npos) ++busy;
+          else if (m.find("no logits") == std::string::npos) ++other;
+        } else if (s == COLIBRI_ERROR_CONTEXT_FULL) {
+          ++full;
+          colibri_session_reset(session);
+        } else {
+          std::fprintf(stderr, "thread %d call %d: status %d: %s\n", t, i, s, last_error().c_str());
+          ++other;
+        }
+      }
+    });
+  for (std::thread &th : threads) th.join();
+  std::printf("storm: %d ok, %d refused as in use, %d context full\n", ok.load(), busy.load(), full.load());
+  EXPECT(other.load() == 0);
+  EXPECT(ok.load() > 0);
+  EXPECT(colibri_session_reset(session) == COLIBRI_OK && colibri_session_decode(session, 0, 1) == COLIBRI_OK);
+  colibri_session_free(session);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s IMAGE\n", argv[0]);
+    return 2;
+  }
+  colibri_model *model = nullptr;
+  if (colibri_model_open(argv[1], nullptr, &model) != COLIBRI_OK) {
+    std::fprintf(stderr, "%s: %s\n", argv[1], last_error().c_str());
+    return 1;
+  }
+  second_thread_is_refused(model);
+  storm(model);
+  colibri_model_close(model);
+  std::printf("test_session_threads: %d failures\n", g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
