@@ -23,7 +23,7 @@ int exit_code_for(const Error &error) {
     case ErrorKind::Unsupported: return kExitUnsupported;
     case ErrorKind::NonFinite: return kExitCorrupt;
     case ErrorKind::Cancelled: return kExitInterrupted;
-    case ErrorKind::OutOfMemory:
+    case ErrorKind::OutOfMemory: return kExitIo;  // the OS ran out of something: not a bug
     case ErrorKind::Internal: return kExitInternal;
   }
   return kExitInternal;

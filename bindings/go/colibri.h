@@ -133,7 +133,8 @@ COLIBRI_API const char *colibri_version_string(void);
 #define COLIBRI_ERROR_UNSUPPORTED (-5)
 /* NaN or Inf reached a guarded stage and the non-finite policy is COLIBRI_NON_FINITE_ERROR. */
 #define COLIBRI_ERROR_NON_FINITE (-6)
-/* An allocation failed. The handle involved is still valid. */
+/* An allocation failed, or the operating system refused to start a thread (a limit on
+ * threads: the message names it). The handle involved is still valid. */
 #define COLIBRI_ERROR_OUT_OF_MEMORY (-7)
 /* The caller's buffer is too small; the size out parameter holds the size needed. */
 #define COLIBRI_ERROR_BUFFER_TOO_SMALL (-8)

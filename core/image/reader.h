@@ -86,7 +86,8 @@ class Image {
 
   // Recomputes one tensor's checksum; Corrupt error naming the tensor on mismatch.
   Error verify_tensor(const TensorInfo &tensor) const;
-  // All tensors, split over `threads` threads (0 = hardware concurrency).
+  // All tensors, split over `threads` threads (0 = hardware concurrency); over fewer when
+  // the OS refuses a thread (a thread limit), never failing for that.
   Error verify_all(unsigned threads) const;
 
  private:
@@ -107,7 +108,8 @@ class Image {
 };
 
 // Explains why `bytes` (the first bytes of a file of `file_size` bytes) is not a Colibri
-// image: empty, zeros, text, GGUF, safetensors, zip, zstd, byte-swapped magic, or unknown.
+// image: empty, a pseudo-file (file_size 0 but `available` bytes read), zeros, text (UTF-8 or
+// UTF-16), GGUF, safetensors, zip, zstd, byte-swapped magic, or unknown.
 // Returns an error of kind NotAnImage; `path` is quoted in the message and its fix.
 Error diagnose_foreign_file(const unsigned char *bytes, uint64_t available, uint64_t file_size, const std::string &path);
 

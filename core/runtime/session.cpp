@@ -75,7 +75,8 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
     s->bound_cpus_ = util::cpu_set_of(threads.cpus);
     s->bound_ = true;
   }
-  s->pool_ = std::make_unique<util::ThreadPool>(pool_options);
+  s->pool_ = util::ThreadPool::create(pool_options, "the session's thread pool (threads option)", error);
+  if (!s->pool_) return nullptr;
   s->thread_report_ = threads.description;
   try {
     s->buffers_ = std::make_unique<Buffers>(model, options, s->pool_->thread_count());
