@@ -3,6 +3,7 @@
 // one-line message and an exit code (0 ok, 1 failure, 2 usage; docs/cli.md). Configuration
 // is by flags only: no environment variable changes what the program does.
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -59,6 +60,9 @@ int finish_stdout(const char *command, int code) {
 }  // namespace
 
 int main(int argc, char **argv) {
+  // A write beyond the file-size limit (ulimit -f: `logits -o`) fails with EFBIG and is
+  // reported, instead of SIGXFSZ killing the process. libcolibri leaves signals to programs.
+  std::signal(SIGXFSZ, SIG_IGN);
   if (argc < 2) {
     print_help(stderr);
     return colibri_cli::kExitUsage;

@@ -89,6 +89,14 @@ Error interrupted_error() {
 
 void clear_interrupted() { g_interrupted = 0; }
 
+void note_removed_stale(const char *command, const std::vector<std::string> &paths) {
+  for (const std::string &path : paths)
+    std::fprintf(stderr, "colibri-model %s: note: removed the stale temporary file '%s' (left by a writer that was "
+                         "killed)\n", command, path.c_str());
+}
+
+void install_process_signal_dispositions() { std::signal(SIGXFSZ, SIG_IGN); }
+
 double monotonic_seconds() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();

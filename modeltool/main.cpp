@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "colibri_version.h"
+#include "modeltool/cli_support.h"
 #include "modeltool/commands.h"
 
 namespace {
@@ -50,6 +51,7 @@ static int finish_stdout(const char *command, int code) {
 
 int main(int argc, char **argv) {
   using namespace colibri::modeltool;
+  install_process_signal_dispositions();
   if (argc < 2) {
     print_usage(stderr);
     return kExitUsage;
