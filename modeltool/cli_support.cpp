@@ -95,7 +95,32 @@ void note_removed_stale(const char *command, const std::vector<std::string> &pat
                          "killed)\n", command, path.c_str());
 }
 
-void install_process_signal_dispositions() { std::signal(SIGXFSZ, SIG_IGN); }
+namespace {
+// SIGBUS: a read of a mapped image faulted because the file shrank under the mapping
+// (truncate, or cp over the file in use) while a command was reading it. Async-signal-safe:
+// write(2) and _exit only.
+extern "C" void on_mapping_fault(int, siginfo_t *info, void *) {
+  static const char kChanged[] =
+      "colibri-model: fatal: SIGBUS reading a memory-mapped file: the image was truncated or overwritten while in use "
+      "(cp over it, truncate). Replace an image in use by writing the new one elsewhere and renaming it over the old "
+      "(docs/troubleshooting.md, \"The image changed while in use\")\n";
+  static const char kOther[] = "colibri-model: fatal: SIGBUS (a bus error that is not a read past the end of a "
+                               "mapped file: a hardware memory error?)\n";
+  const bool past_end = info && info->si_code == BUS_ADRERR;
+  const ssize_t ignored = ::write(2, past_end ? kChanged : kOther, past_end ? sizeof kChanged - 1 : sizeof kOther - 1);
+  (void)ignored;
+  ::_exit(kExitMappingFault);
+}
+}  // namespace
+
+void install_process_signal_dispositions() {
+  std::signal(SIGXFSZ, SIG_IGN);
+  struct sigaction action{};
+  action.sa_sigaction = on_mapping_fault;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGBUS, &action, nullptr);
+}
 
 double monotonic_seconds() {
   using namespace std::chrono;

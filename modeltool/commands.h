@@ -15,6 +15,7 @@ inline constexpr int kExitIo = 4;           // missing file, permission, disk fu
 inline constexpr int kExitUnsupported = 5;  // valid input that this build cannot handle
 inline constexpr int kExitInternal = 70;
 inline constexpr int kExitInterrupted = 130;  // Ctrl-C or SIGTERM; no output left behind
+inline constexpr int kExitMappingFault = 135;  // 128 + SIGBUS: the image changed while in use (message printed)
 
 int exit_code_for(const Error &error);
 

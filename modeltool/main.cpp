@@ -31,7 +31,7 @@ void print_usage(FILE *out) {
                "\n"
                "exit codes: 0 ok, 1 corrupt image, 2 usage error, 3 not an image, 4 I/O error\n"
                "            (also out of memory or threads), 5 unsupported input, 70 internal error,\n"
-               "            130 interrupted (nothing written)\n",
+               "            130 interrupted (nothing written), 135 the image changed while in use (SIGBUS)\n",
                COLIBRI_PROJECT_VERSION_STRING);
 }
 

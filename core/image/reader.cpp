@@ -73,6 +73,7 @@ static std::string mapping_limit_hint(uint64_t bytes, bool anonymous) {
 }
 
 Image::~Image() {
+  if (fd_ >= 0) ::close(fd_);
   if (mapped_ && base_) {
     if (locked_) ::munlock(base_, mapping_size_);
     ::munmap(const_cast<unsigned char *>(base_), mapping_size_);
@@ -142,7 +143,7 @@ std::unique_ptr<Image> Image::open(const std::string &path, const OpenOptions &o
   int flags = MAP_PRIVATE | (options.populate ? MAP_POPULATE : 0);
   void *map = ::mmap(nullptr, size, PROT_READ, flags, fd, 0);
   int map_errno = errno;
-  ::close(fd);
+  if (map == MAP_FAILED) ::close(fd);
   if (map == MAP_FAILED)
     return fail(ErrorKind::Io, strprintf("cannot memory-map '%s' (%llu bytes): %s%s", p, ull(size),
                                          util::errno_text(map_errno).c_str(),
@@ -153,6 +154,11 @@ std::unique_ptr<Image> Image::open(const std::string &path, const OpenOptions &o
   image->size_ = size;
   image->mapping_size_ = size;
   image->mapped_ = true;
+  image->fd_ = fd;  // closed by the destructor; check_unchanged compares it with `st`
+  image->opened_device_ = static_cast<uint64_t>(st.st_dev);
+  image->opened_inode_ = static_cast<uint64_t>(st.st_ino);
+  image->opened_mtime_seconds_ = static_cast<int64_t>(st.st_mtim.tv_sec);
+  image->opened_mtime_nanoseconds_ = static_cast<int64_t>(st.st_mtim.tv_nsec);
   image->label_ = path;
   if (Error e = image->validate()) {
     *error = e;
@@ -240,6 +246,8 @@ Error Image::load_into_memory(const std::function<Error(unsigned char *, uint64_
   mapping_size_ = bytes;
   locked_ = lock;
   loaded_ = true;
+  ::close(fd_);  // the copy does not change with the file: nothing left to check
+  fd_ = -1;
   return {};
 }
 
@@ -435,6 +443,29 @@ Error Image::validate() {
   return {};
 }
 
+Error Image::check_unchanged() const {
+  if (fd_ < 0 || loaded_) return {};
+  struct stat st;
+  if (::fstat(fd_, &st) != 0) {
+    int e = errno;
+    return make_error(ErrorKind::Io, strprintf("cannot stat the open image '%s': %s", label_.c_str(),
+                                               util::errno_text(e).c_str()));
+  }
+  const uint64_t now_size = static_cast<uint64_t>(st.st_size);
+  const bool same = now_size == size_ && static_cast<uint64_t>(st.st_dev) == opened_device_ &&
+                    static_cast<uint64_t>(st.st_ino) == opened_inode_ &&
+                    static_cast<int64_t>(st.st_mtim.tv_sec) == opened_mtime_seconds_ &&
+                    static_cast<int64_t>(st.st_mtim.tv_nsec) == opened_mtime_nanoseconds_;
+  if (same) return {};
+  return make_error(ErrorKind::Io,
+                    strprintf("'%s': the image was truncated or replaced while in use: size %llu → %llu%s; reopen "
+                              "it. Its bytes under the mapping are not the ones opened (reading past the new end would "
+                              "crash the process). Replace an image in use by writing the new one elsewhere and "
+                              "renaming it over the old (as colibri-model does), never by cp over it",
+                              label_.c_str(), ull(size_), ull(now_size),
+                              now_size == size_ ? ", modified since it was opened" : ""));
+}
+
 Error Image::verify_tensor(const TensorInfo &tensor) const {
   uint64_t computed = checksum_bytes(data(tensor), tensor.size);
   if (computed != tensor.checksum)
@@ -447,6 +478,7 @@ Error Image::verify_tensor(const TensorInfo &tensor) const {
 }
 
 Error Image::verify_all(unsigned threads) const {
+  if (Error e = check_unchanged()) return e;
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   threads = static_cast<unsigned>(std::min<size_t>(threads, std::max<size_t>(1, tensors_.size())));
   // Each thread takes tensors from a shared counter; the first failure in directory order wins.

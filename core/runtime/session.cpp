@@ -148,6 +148,7 @@ Error Session::check_batch(const BatchEntry *entries, size_t count) const {
 }
 
 Error Session::forward(const BatchEntry *entries, size_t count) {
+  if (Error e = model_.image().check_unchanged()) return e;  // before any weight is read (issue 18, item 4)
   if (Error e = check_batch(entries, count)) return e;
   const util::ScopedThreadCpus on_node(bound_ ? &bound_cpus_ : nullptr);  // bind:N: the caller's share on node N
   const model::ModelConfig &c = model_.config();
@@ -290,6 +291,7 @@ Error Session::guard_non_finite(float *rows, size_t count, size_t width, const c
 }
 
 Error Session::moe_layer(uint32_t layer, const float *hidden, size_t count, const Route *routes, float *out) {
+  if (Error e = model_.image().check_unchanged()) return e;  // before any weight is read (issue 18, item 4)
   const model::ModelConfig &c = model_.config();
   if (layer >= c.layer_count)
     return make_error(ErrorKind::InvalidArgument, strprintf("layer %u does not exist (the model has %llu layers)", layer,
