@@ -62,8 +62,8 @@ static std::string mapping_limit_hint(uint64_t bytes, bool anonymous) {
       if (std::fscanf(f, "%d", &mode) != 1) mode = -1;
       std::fclose(f);
     }
-    hint += strprintf("; or the kernel's overcommit policy (vm.overcommit_memory, here %s; with 2 the commit "
-                      "limit of /proc/meminfo's CommitLimit counts this copy)",
+    hint += strprintf("; or the kernel's overcommit policy (vm.overcommit_memory, here %s; in mode 2 this copy "
+                      "counts against CommitLimit in /proc/meminfo)",
                       mode < 0 ? "unknown" : std::to_string(mode).c_str());
   } else {
     hint += "; or the number of mappings (vm.max_map_count). A read-only file mapping does not count against "

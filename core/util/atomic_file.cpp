@@ -117,8 +117,11 @@ Error AtomicFile::open(const std::string &path, bool overwrite) {
       return make_error(ErrorKind::Io, strprintf("cannot create a temporary file in '%s': %s", directory_of(path).c_str(),
                                                  errno_text(e).c_str()));
     }
+    // A file system without flock (ENOLCK, EOPNOTSUPP) is written unlocked: its cleanup,
+    // which needs the lock, removes nothing there.
+    const int lock_error = ::flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : errno;
     struct stat by_fd, by_path;
-    if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::fstat(fd, &by_fd) == 0 && ::stat(tmpl.data(), &by_path) == 0 &&
+    if (lock_error != EWOULDBLOCK && ::fstat(fd, &by_fd) == 0 && ::stat(tmpl.data(), &by_path) == 0 &&
         by_fd.st_dev == by_path.st_dev && by_fd.st_ino == by_path.st_ino) {
       fd_ = fd;
       temp_path_ = tmpl.data();

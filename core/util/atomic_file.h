@@ -7,9 +7,9 @@
 // temporary file. Each writer holds an exclusive flock on its temporary file for as long as
 // it writes (the kernel drops the lock when the writer dies), and open() for a target first
 // removes every TARGET.tmp.XXXXXX beside it that it can lock: their writers are gone. A
-// temporary file whose writer still runs stays locked and is left alone. (On a network file
-// system without working flock the check cannot tell; a temporary file left by a build older
-// than this one holds no lock and counts as stale.)
+// temporary file whose writer still runs stays locked and is left alone. On a file system
+// without flock nothing is removed (and writers write unlocked). A temporary file left by a
+// build older than this one, which took no lock, counts as stale.
 //
 // SIGXFSZ. A write beyond the file-size limit (ulimit -f, RLIMIT_FSIZE) raises SIGXFSZ, whose
 // default action kills the process (exit status 153) before write() can return EFBIG, and no
