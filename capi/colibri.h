@@ -147,7 +147,8 @@ COLIBRI_API const char *colibri_version_string(void);
  * model or the session (a token id >= vocab_size, a layer that is not an MoE layer, ...). */
 #define COLIBRI_ERROR_INVALID_ARGUMENT (-1)
 /* The operating system refused: missing file, permission denied, a directory, mmap or mlock
- * failure. The message carries the errno text. */
+ * failure. The message carries the errno text. Also: the image file was truncated or
+ * rewritten in place while the model was open (checked before each forward pass; reopen it). */
 #define COLIBRI_ERROR_IO (-2)
 /* The file is not a Colibri image (empty, text, GGUF, safetensors, zip, zstd, ...). The
  * message says what it is and the command that converts it. */
@@ -164,7 +165,8 @@ COLIBRI_API const char *colibri_version_string(void);
  * names the stage and the position, e.g. "logits are not finite at position 5 of sequence 0
  * (stage: output_norm; batch row 0)". No token is generated from such logits. */
 #define COLIBRI_ERROR_NON_FINITE (-6)
-/* An allocation failed. The handle involved is still valid. */
+/* An allocation failed, or the operating system refused to start a thread (a limit on
+ * threads: the message names it). The handle involved is still valid. */
 #define COLIBRI_ERROR_OUT_OF_MEMORY (-7)
 /* The caller's buffer is too small; the size out parameter holds the size needed. */
 #define COLIBRI_ERROR_BUFFER_TOO_SMALL (-8)
@@ -606,7 +608,8 @@ COLIBRI_API int32_t colibri_session_sequence_length(const colibri_session *sessi
  * them through the model, in chunks of max_batch_tokens. Afterwards the logits of the last
  * token are row 0 (colibri_session_logits). Errors: INVALID_ARGUMENT (empty, a token outside
  * the vocabulary, bad sequence), CONTEXT_FULL (nothing processed), NON_FINITE, BAD_STATE
- * (stream open), CALLBACK, OUT_OF_MEMORY. If a chunk fails after earlier chunks succeeded,
+ * (stream open), CALLBACK, OUT_OF_MEMORY, IO (the image file was truncated or rewritten in
+ * place since the model was opened: reopen it). If a chunk fails after earlier chunks succeeded,
  * the sequence keeps the tokens processed so far (colibri_session_sequence_length tells).
  * One thread at a time per session. */
 COLIBRI_API int32_t colibri_session_prefill(colibri_session *session, uint32_t sequence, const int32_t *tokens,
@@ -790,7 +793,8 @@ COLIBRI_API void colibri_stream_close(colibri_stream *stream);
  * row-major) are either both NULL (the model's router decides) or both given (the router is
  * skipped: a static routing table is just data; ids must be < expert_count, weights finite).
  * row_count <= max_batch_tokens. Errors: INVALID_ARGUMENT (dense layer, bad route, NULL),
- * NON_FINITE, CALLBACK, BAD_STATE. One thread at a time per session. */
+ * NON_FINITE, CALLBACK, BAD_STATE, IO (the image file changed, as for prefill). One thread at
+ * a time per session. */
 COLIBRI_API int32_t colibri_session_moe_layer(colibri_session *session, uint32_t layer, const float *hidden,
                                               size_t row_count, const int32_t *route_experts,
                                               const float *route_weights, float *out);

@@ -22,6 +22,9 @@ inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 // `colibri run` stopped by Ctrl-C (128 + SIGINT, the shell convention).
 inline constexpr int kExitInterrupted = 130;
+// The image was truncated or overwritten under the process and a read of its mapping faulted
+// (128 + SIGBUS, what a shell reports for the signal); the SIGBUS handler prints why.
+inline constexpr int kExitMappingFault = 135;
 
 // Thrown by a subcommand; main() prints "colibri CMD: message" and exits with exit_code.
 struct Failure {

@@ -2,7 +2,11 @@
 // Dispatches to the subcommands, turns every Failure and unexpected exception into a
 // one-line message and an exit code (0 ok, 1 failure, 2 usage; docs/cli.md). Configuration
 // is by flags only: no environment variable changes what the program does.
+#include <signal.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -41,7 +45,7 @@ void print_help(std::FILE *out) {
                "Images are made with `colibri-model convert HF_DIR -o X.colibri`.\n\n"
                "Options:\n  -h, --help     show this help\n  --version      print the versions of colibri and libcolibri\n\n"
                "Exit status: 0 success, 1 the command failed (model, file, engine), 2 usage error,\n"
-               "130 `run` interrupted by Ctrl-C. Guide: docs/cli.md\n");
+               "130 `run` interrupted by Ctrl-C, 135 the image changed while in use (SIGBUS). Guide: docs/cli.md\n");
 }
 
 // Every byte a command printed must have reached stdout: a full disk or a closed file would
@@ -58,7 +62,33 @@ int finish_stdout(const char *command, int code) {
 
 }  // namespace
 
+// SIGBUS: a read of the mapped image faulted because the file shrank under the mapping
+// (truncate, or cp over the file in use) during a call; libcolibri reports a change it sees
+// between calls as an error, this is the rest. Async-signal-safe: write(2) and _exit only.
+extern "C" void on_mapping_fault(int, siginfo_t *info, void *) {
+  static const char kChanged[] =
+      "colibri: fatal: SIGBUS reading a memory-mapped file: the model image was truncated or overwritten while in use "
+      "(cp over it, truncate). Replace an image in use by writing the new one elsewhere and renaming it over the old "
+      "(docs/troubleshooting.md, \"The image changed while in use\")\n";
+  static const char kOther[] =
+      "colibri: fatal: SIGBUS (a bus error that is not a read past the end of a mapped file: a hardware memory error?)\n";
+  const bool past_end = info && info->si_code == BUS_ADRERR;
+  const ssize_t ignored = ::write(2, past_end ? kChanged : kOther, past_end ? sizeof kChanged - 1 : sizeof kOther - 1);
+  (void)ignored;
+  ::_exit(colibri_cli::kExitMappingFault);
+}
+
 int main(int argc, char **argv) {
+  // A write beyond the file-size limit (ulimit -f: `logits -o`) fails with EFBIG and is
+  // reported, instead of SIGXFSZ killing the process. libcolibri leaves signals to programs.
+  std::signal(SIGXFSZ, SIG_IGN);
+  {
+    struct sigaction action{};
+    action.sa_sigaction = on_mapping_fault;
+    action.sa_flags = SA_SIGINFO;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGBUS, &action, nullptr);
+  }
   if (argc < 2) {
     print_help(stderr);
     return colibri_cli::kExitUsage;

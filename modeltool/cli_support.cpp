@@ -23,7 +23,7 @@ int exit_code_for(const Error &error) {
     case ErrorKind::Unsupported: return kExitUnsupported;
     case ErrorKind::NonFinite: return kExitCorrupt;
     case ErrorKind::Cancelled: return kExitInterrupted;
-    case ErrorKind::OutOfMemory:
+    case ErrorKind::OutOfMemory: return kExitIo;  // the OS ran out of something: not a bug
     case ErrorKind::Internal: return kExitInternal;
   }
   return kExitInternal;
@@ -88,6 +88,39 @@ Error interrupted_error() {
 }
 
 void clear_interrupted() { g_interrupted = 0; }
+
+void note_removed_stale(const char *command, const std::vector<std::string> &paths) {
+  for (const std::string &path : paths)
+    std::fprintf(stderr, "colibri-model %s: note: removed the stale temporary file '%s' (left by a writer that was "
+                         "killed)\n", command, path.c_str());
+}
+
+namespace {
+// SIGBUS: a read of a mapped image faulted because the file shrank under the mapping
+// (truncate, or cp over the file in use) while a command was reading it. Async-signal-safe:
+// write(2) and _exit only.
+extern "C" void on_mapping_fault(int, siginfo_t *info, void *) {
+  static const char kChanged[] =
+      "colibri-model: fatal: SIGBUS reading a memory-mapped file: the image was truncated or overwritten while in use "
+      "(cp over it, truncate). Replace an image in use by writing the new one elsewhere and renaming it over the old "
+      "(docs/troubleshooting.md, \"The image changed while in use\")\n";
+  static const char kOther[] = "colibri-model: fatal: SIGBUS (a bus error that is not a read past the end of a "
+                               "mapped file: a hardware memory error?)\n";
+  const bool past_end = info && info->si_code == BUS_ADRERR;
+  const ssize_t ignored = ::write(2, past_end ? kChanged : kOther, past_end ? sizeof kChanged - 1 : sizeof kOther - 1);
+  (void)ignored;
+  ::_exit(kExitMappingFault);
+}
+}  // namespace
+
+void install_process_signal_dispositions() {
+  std::signal(SIGXFSZ, SIG_IGN);
+  struct sigaction action{};
+  action.sa_sigaction = on_mapping_fault;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGBUS, &action, nullptr);
+}
 
 double monotonic_seconds() {
   using namespace std::chrono;

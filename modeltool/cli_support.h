@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <cxxopts.hpp>
 
@@ -35,6 +36,18 @@ class Progress {
 };
 
 double monotonic_seconds();
+
+// "colibri-model COMMAND: note: removed the stale temporary file X (left by a writer that was
+// killed)" on stderr, for each path (util::AtomicFile::removed_stale).
+void note_removed_stale(const char *command, const std::vector<std::string> &paths);
+
+// Called first by main: SIGXFSZ ignored, so that a write beyond the file-size limit (ulimit -f)
+// fails with EFBIG, which the writers report (exit 4) and clean up after, instead of killing
+// the process (exit 153) with its temporary file left behind. The library leaves signal
+// dispositions to the program (util/atomic_file.h). And SIGBUS, which a read of a mapped
+// image raises when the file was truncated or overwritten under the process: one line on
+// stderr saying so, exit kExitMappingFault (135) instead of a silent death.
+void install_process_signal_dispositions();
 
 // Ctrl-C (SIGINT) and SIGTERM during a conversion or repack: the handler only sets a flag,
 // which the copy loops poll (interrupted) between chunks; they return interrupted_error(), so

@@ -5,8 +5,10 @@
 #include <cstring>
 #include <exception>
 #include <new>
+#include <system_error>
 
 #include "colibri_version.h"
+#include "modeltool/cli_support.h"
 #include "modeltool/commands.h"
 
 namespace {
@@ -27,9 +29,9 @@ void print_usage(FILE *out) {
                "\n"
                "Run 'colibri-model <command> --help' for a command's options.\n"
                "\n"
-               "exit codes: 0 ok, 1 corrupt image, 2 usage error, 3 not an image, 4 I/O error,\n"
-               "            5 unsupported input, 70 internal error,\n"
-               "            130 interrupted (nothing written)\n",
+               "exit codes: 0 ok, 1 corrupt image, 2 usage error, 3 not an image, 4 I/O error\n"
+               "            (also out of memory or threads), 5 unsupported input, 70 internal error,\n"
+               "            130 interrupted (nothing written), 135 the image changed while in use (SIGBUS)\n",
                COLIBRI_PROJECT_VERSION_STRING);
 }
 
@@ -49,6 +51,7 @@ static int finish_stdout(const char *command, int code) {
 
 int main(int argc, char **argv) {
   using namespace colibri::modeltool;
+  install_process_signal_dispositions();
   if (argc < 2) {
     print_usage(stderr);
     return kExitUsage;
@@ -69,7 +72,17 @@ int main(int argc, char **argv) {
     if (!std::strcmp(command, "convert")) return finish_stdout(command, run_convert(argc - 1, argv + 1));
   } catch (const std::bad_alloc &) {
     std::fprintf(stderr, "colibri-model: out of memory\n");
-    return kExitInternal;
+    return kExitIo;
+  } catch (const std::system_error &e) {
+    // A thread the OS refused to start (the commands turn the ones they start into errors;
+    // this is the net for any other): resource exhaustion, not a bug.
+    if (e.code() != std::errc::resource_unavailable_try_again) {
+      std::fprintf(stderr, "colibri-model: internal error: %s\n", e.what());
+      return kExitInternal;
+    }
+    std::fprintf(stderr, "colibri-model: resource exhaustion: %s: a limit on threads is reached (ulimit -u, "
+                         "kernel.threads-max, a container's pids.max)\n", e.what());
+    return kExitIo;
   } catch (const std::exception &e) {
     std::fprintf(stderr, "colibri-model: internal error: %s\n", e.what());
     return kExitInternal;

@@ -47,6 +47,7 @@ Error compress_image(const RepackRequest &r) {
   if (!img) return error;
   util::AtomicFile out;
   if (Error e = out.open(r.out, r.force)) return e;
+  note_removed_stale("repack", out.removed_stale());
   ZSTD_CCtx *cctx = ZSTD_createCCtx();
   if (!cctx) return make_error(ErrorKind::OutOfMemory, "cannot create a zstd compression context");
   ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, r.zstd_level);
@@ -120,6 +121,7 @@ Error decompress_image(const RepackRequest &r) {
     std::fclose(in);
     return e;
   }
+  note_removed_stale("repack", out.removed_stale());
   ZSTD_DCtx *dctx = ZSTD_createDCtx();
   std::vector<char> in_buffer(ZSTD_DStreamInSize()), out_buffer(ZSTD_DStreamOutSize());
   Error result;
@@ -280,6 +282,7 @@ Error rewrite_image(const RepackRequest &r) {
   writer_options.overwrite = r.force;
   image::ImageWriter writer;
   if (Error e = writer.begin(r.out, writer_options, fields, specs, std::string(img->metadata_json()))) return e;
+  note_removed_stale("repack", writer.removed_stale());
   uint64_t total = 0, done = 0;
   for (const auto &t : img->tensors()) total += t.size;
   Progress progress("repack", total);

@@ -3,13 +3,16 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <system_error>
 #include <thread>
 
 #include "image/writer.h"
@@ -21,6 +24,10 @@ namespace colibri::image {
 using util::strprintf;
 
 static unsigned long long ull(uint64_t v) { return static_cast<unsigned long long>(v); }
+
+// How far a run of zeros after the magic is measured for the message (the pages of a sparse
+// file read as zeros without disk I/O).
+constexpr uint64_t kZeroScanBytes = uint64_t{1} << 20;
 
 uint64_t TensorInfo::element_count() const {
   uint64_t n = 1;
@@ -37,7 +44,37 @@ std::string TensorInfo::shape_string() const {
   return s + "]";
 }
 
+// What an mmap's ENOMEM means: a limit, named with its value. The address-space limit
+// (ulimit -v, RLIMIT_AS) counts every mapping; the kernel's commit accounting
+// (vm.overcommit_memory) counts only writable private memory, so only the loaded copy; the
+// map count (vm.max_map_count) rarely, since an image is one mapping.
+static std::string mapping_limit_hint(uint64_t bytes, bool anonymous) {
+  struct rlimit limit{};
+  std::string address_space = "unlimited";
+  if (::getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+    address_space = util::human_bytes(static_cast<uint64_t>(limit.rlim_cur));
+  std::string hint = strprintf(" (%s of address space were refused). The limits that refuse a mapping: the "
+                               "process's address-space limit, ulimit -v (RLIMIT_AS), here %s: raise it (ulimit -v "
+                               "unlimited) or run without it",
+                               util::human_bytes(bytes).c_str(), address_space.c_str());
+  if (anonymous) {
+    int mode = -1;
+    if (FILE *f = std::fopen("/proc/sys/vm/overcommit_memory", "re")) {
+      if (std::fscanf(f, "%d", &mode) != 1) mode = -1;
+      std::fclose(f);
+    }
+    hint += strprintf("; or the kernel's overcommit policy (vm.overcommit_memory, here %s; in mode 2 this copy "
+                      "counts against CommitLimit in /proc/meminfo)",
+                      mode < 0 ? "unknown" : std::to_string(mode).c_str());
+  } else {
+    hint += "; or the number of mappings (vm.max_map_count). A read-only file mapping does not count against "
+            "the overcommit limit";
+  }
+  return hint;
+}
+
 Image::~Image() {
+  if (fd_ >= 0) ::close(fd_);
   if (mapped_ && base_) {
     if (locked_) ::munlock(base_, mapping_size_);
     ::munmap(const_cast<unsigned char *>(base_), mapping_size_);
@@ -92,10 +129,12 @@ std::unique_ptr<Image> Image::open(const std::string &path, const OpenOptions &o
   uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < kHeaderSize) {
     unsigned char head[kHeaderSize] = {};
-    ssize_t n = size ? ::pread(fd, head, size, 0) : 0;
+    // A size of 0 is read anyway: pseudo-files (/proc, /sys) report 0 and have content, and
+    // "empty" would send the user after an interrupted download that never happened.
+    ssize_t n = ::pread(fd, head, size ? size : kHeaderSize, 0);
     ::close(fd);
     uint64_t got = n > 0 ? static_cast<uint64_t>(n) : 0;
-    if (got >= 8 && std::memcmp(head, kMagic, 8) == 0)
+    if (size > 0 && got >= 8 && std::memcmp(head, kMagic, 8) == 0)
       return fail(ErrorKind::Corrupt,
                   strprintf("'%s' is truncated: %llu bytes, smaller than the %llu-byte header; copy the image again",
                             p, ull(size), ull(kHeaderSize)));
@@ -105,16 +144,22 @@ std::unique_ptr<Image> Image::open(const std::string &path, const OpenOptions &o
   int flags = MAP_PRIVATE | (options.populate ? MAP_POPULATE : 0);
   void *map = ::mmap(nullptr, size, PROT_READ, flags, fd, 0);
   int map_errno = errno;
-  ::close(fd);
+  if (map == MAP_FAILED) ::close(fd);
   if (map == MAP_FAILED)
-    return fail(ErrorKind::Io, strprintf("cannot memory-map '%s' (%llu bytes): %s", p, ull(size),
-                                         util::errno_text(map_errno).c_str()));
+    return fail(ErrorKind::Io, strprintf("cannot memory-map '%s' (%llu bytes): %s%s", p, ull(size),
+                                         util::errno_text(map_errno).c_str(),
+                                         map_errno == ENOMEM ? mapping_limit_hint(size, false).c_str() : ""));
 
   std::unique_ptr<Image> image(new Image());
   image->base_ = static_cast<const unsigned char *>(map);
   image->size_ = size;
   image->mapping_size_ = size;
   image->mapped_ = true;
+  image->fd_ = fd;  // closed by the destructor; check_unchanged compares it with `st`
+  image->opened_device_ = static_cast<uint64_t>(st.st_dev);
+  image->opened_inode_ = static_cast<uint64_t>(st.st_ino);
+  image->opened_mtime_seconds_ = static_cast<int64_t>(st.st_mtim.tv_sec);
+  image->opened_mtime_nanoseconds_ = static_cast<int64_t>(st.st_mtim.tv_nsec);
   image->label_ = path;
   if (Error e = image->validate()) {
     *error = e;
@@ -156,9 +201,10 @@ Error Image::load_into_memory(const std::function<Error(unsigned char *, uint64_
   void *memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED) {
     int e = errno;
-    return make_error(ErrorKind::Io, strprintf("cannot allocate %s to load '%s' into memory: %s; open it mapped "
+    return make_error(ErrorKind::Io, strprintf("cannot allocate %s to load '%s' into memory: %s%s; open it mapped "
                                                "instead (without load-into-memory) or free memory",
-                                               util::human_bytes(bytes).c_str(), label_.c_str(), util::errno_text(e).c_str()));
+                                               util::human_bytes(bytes).c_str(), label_.c_str(), util::errno_text(e).c_str(),
+                                               e == ENOMEM ? mapping_limit_hint(bytes, true).c_str() : ""));
   }
   auto *copy = static_cast<unsigned char *>(memory);
   auto release = [&] { ::munmap(memory, bytes); };
@@ -201,6 +247,8 @@ Error Image::load_into_memory(const std::function<Error(unsigned char *, uint64_
   mapping_size_ = bytes;
   locked_ = lock;
   loaded_ = true;
+  ::close(fd_);  // the copy does not change with the file: nothing left to check
+  fd_ = -1;
   return {};
 }
 
@@ -233,8 +281,29 @@ Error Image::validate() {
   const char *p = label_.c_str();
   std::memcpy(&header_, base_, sizeof header_);
   auto corrupt = [&](std::string m) { return make_error(ErrorKind::Corrupt, strprintf("'%s': %s", p, m.c_str())); };
+  // A header field found wrong before the header checksum is checked: the header itself is
+  // damaged (a checksum would only say so later, without naming the field).
+  auto header_field = [&](const char *field, const std::string &what) {
+    return corrupt(strprintf("header field %s %s: the image's header is damaged. Copy the image again (or "
+                             "re-convert it), then check it with: colibri-model verify %s",
+                             field, what.c_str(), p));
+  };
 
   if (std::memcmp(header_.magic, kMagic, 8) != 0) return diagnose_foreign_file(base_, std::min<uint64_t>(size_, 64), size_, label_);
+  // The magic and then nothing: every header field zero. A real image never has version 0;
+  // this is the first block of a copy whose data was never written (a failed sparse write,
+  // space preallocated with fallocate, a copy that died after its first write).
+  if (header_.version == 0) {
+    const uint64_t scan = std::min(size_, kZeroScanBytes);
+    uint64_t zeros = 0;
+    while (sizeof header_.magic + zeros < scan && base_[sizeof header_.magic + zeros] == 0) ++zeros;
+    if (sizeof header_.magic + zeros >= kHeaderSize)
+      return corrupt(strprintf("the Colibri magic is followed by %s%llu zero bytes (every header field is zero): the "
+                               "image's data was never written (a failed sparse write, preallocated space or an "
+                               "interrupted copy). Copy the image again (or re-convert it), then check it with: "
+                               "colibri-model verify %s",
+                               sizeof header_.magic + zeros == scan && scan < size_ ? "at least " : "", ull(zeros), p));
+  }
   if (header_.version > kFormatVersion)
     return make_error(ErrorKind::Unsupported,
                       strprintf("'%s': image version %u is newer than this build supports (max %u); upgrade "
@@ -246,39 +315,44 @@ Error Image::validate() {
                                 "checkpoint again with this colibri-model",
                                 p, header_.version, kMinReadableVersion));
   if (header_.header_size != kHeaderSize)
-    return corrupt(strprintf("header size field is %u, format version %u has %llu", header_.header_size,
-                             header_.version, ull(kHeaderSize)));
+    return header_field("header_size", strprintf("is %u, format version %u has %llu", header_.header_size,
+                                                 header_.version, ull(kHeaderSize)));
   if (header_.file_size != size_) {
     if (header_.file_size > size_)
       return corrupt(strprintf("truncated: the header says the image is %llu bytes, the file has %llu (%llu bytes "
                                "missing); copy the image again",
                                ull(header_.file_size), ull(size_), ull(header_.file_size - size_)));
     return corrupt(strprintf("the header says the image is %llu bytes but the file has %llu (%llu unexpected bytes "
-                             "at the end): appended data or a damaged header",
+                             "at the end): appended data or a damaged header; copy the image again",
                              ull(header_.file_size), ull(size_), ull(size_ - header_.file_size)));
   }
   uint64_t align = header_.data_alignment;
   if (align < kMinAlignment || align > kMaxAlignment || (align & (align - 1)) != 0)
-    return corrupt(strprintf("data alignment %llu is not a power of two in [%llu, %llu]", ull(align),
-                             ull(kMinAlignment), ull(kMaxAlignment)));
+    return header_field("data_alignment", strprintf("is %llu, not a power of two in [%llu, %llu]", ull(align),
+                                                    ull(kMinAlignment), ull(kMaxAlignment)));
   if (header_.tensor_count > kMaxTensorCount)
-    return corrupt(strprintf("tensor count %llu exceeds the format limit %llu", ull(header_.tensor_count),
-                             ull(kMaxTensorCount)));
+    return header_field("tensor_count", strprintf("is %llu, over the format limit of %llu", ull(header_.tensor_count),
+                                                  ull(kMaxTensorCount)));
   if (header_.directory_offset != kHeaderSize)
-    return corrupt(strprintf("directory offset %llu, expected %llu (right after the header)",
-                             ull(header_.directory_offset), ull(kHeaderSize)));
+    return header_field("directory_offset", strprintf("is %llu, expected %llu (right after the header)",
+                                                      ull(header_.directory_offset), ull(kHeaderSize)));
   uint64_t entries_bytes = header_.tensor_count * kTensorEntrySize;
   if (header_.directory_size < entries_bytes || header_.directory_size > size_ - kHeaderSize)
-    return corrupt(strprintf("directory size %llu does not fit %llu entries of %llu bytes within the file (%llu bytes)",
-                             ull(header_.directory_size), ull(header_.tensor_count), ull(kTensorEntrySize),
-                             ull(size_)));
+    return header_field("directory_size",
+                        strprintf("is %llu, which does not fit %llu entries of %llu bytes within the file (%llu bytes)",
+                                  ull(header_.directory_size), ull(header_.tensor_count), ull(kTensorEntrySize),
+                                  ull(size_)));
   uint64_t directory_end = kHeaderSize + header_.directory_size;
   if (header_.metadata_offset != directory_end)
-    return corrupt(strprintf("metadata offset %llu, expected %llu (right after the directory)",
-                             ull(header_.metadata_offset), ull(directory_end)));
+    return header_field("metadata_offset", strprintf("is %llu, expected %llu (right after the directory)",
+                                                     ull(header_.metadata_offset), ull(directory_end)));
   if (header_.metadata_size > kMaxMetadataSize || header_.metadata_size > size_ - directory_end)
-    return corrupt(strprintf("metadata of %llu bytes at offset %llu extends beyond the end of the file (%llu bytes)",
-                             ull(header_.metadata_size), ull(header_.metadata_offset), ull(size_)));
+    return header_field("metadata_size",
+                        strprintf("is %llu: metadata of %llu bytes at offset %llu %s", ull(header_.metadata_size),
+                                  ull(header_.metadata_size), ull(header_.metadata_offset),
+                                  header_.metadata_size > kMaxMetadataSize
+                                      ? strprintf("is over the format limit of %llu bytes", ull(kMaxMetadataSize)).c_str()
+                                      : strprintf("extends beyond the end of the file (%llu bytes)", ull(size_)).c_str()));
   uint64_t metadata_end = directory_end + header_.metadata_size;
 
   uint64_t computed = header_checksum(header_, base_ + kHeaderSize, header_.directory_size,
@@ -368,6 +442,29 @@ Error Image::validate() {
   return {};
 }
 
+Error Image::check_unchanged() const {
+  if (fd_ < 0 || loaded_) return {};
+  struct stat st;
+  if (::fstat(fd_, &st) != 0) {
+    int e = errno;
+    return make_error(ErrorKind::Io, strprintf("cannot stat the open image '%s': %s", label_.c_str(),
+                                               util::errno_text(e).c_str()));
+  }
+  const uint64_t now_size = static_cast<uint64_t>(st.st_size);
+  const bool same = now_size == size_ && static_cast<uint64_t>(st.st_dev) == opened_device_ &&
+                    static_cast<uint64_t>(st.st_ino) == opened_inode_ &&
+                    static_cast<int64_t>(st.st_mtim.tv_sec) == opened_mtime_seconds_ &&
+                    static_cast<int64_t>(st.st_mtim.tv_nsec) == opened_mtime_nanoseconds_;
+  if (same) return {};
+  return make_error(ErrorKind::Io,
+                    strprintf("'%s': the image was truncated or replaced while in use: size %llu → %llu%s; reopen "
+                              "it. Its bytes under the mapping are not the ones opened (reading past the new end would "
+                              "crash the process). Replace an image in use by writing the new one elsewhere and "
+                              "renaming it over the old (as colibri-model does), never by cp over it",
+                              label_.c_str(), ull(size_), ull(now_size),
+                              now_size == size_ ? ", modified since it was opened" : ""));
+}
+
 Error Image::verify_tensor(const TensorInfo &tensor) const {
   uint64_t computed = checksum_bytes(data(tensor), tensor.size);
   if (computed != tensor.checksum)
@@ -380,6 +477,7 @@ Error Image::verify_tensor(const TensorInfo &tensor) const {
 }
 
 Error Image::verify_all(unsigned threads) const {
+  if (Error e = check_unchanged()) return e;
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   threads = static_cast<unsigned>(std::min<size_t>(threads, std::max<size_t>(1, tensors_.size())));
   // Each thread takes tensors from a shared counter; the first failure in directory order wins.
@@ -389,7 +487,15 @@ Error Image::verify_all(unsigned threads) const {
     for (size_t i = next.fetch_add(1); i < tensors_.size(); i = next.fetch_add(1)) results[i] = verify_tensor(tensors_[i]);
   };
   std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
+  for (unsigned t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error &) {
+      // The OS refused a thread (EAGAIN: a limit on threads). Checksums need no particular
+      // thread count: the threads started, and this one, check every tensor.
+      break;
+    }
+  }
   work();
   for (auto &th : pool) th.join();
   for (Error &e : results)

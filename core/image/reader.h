@@ -84,9 +84,21 @@ class Image {
   // True after load_into_memory.
   bool loaded_into_memory() const { return loaded_; }
 
+  // The file under a mapping can change while it is open: `truncate`, or `cp other model`
+  // (which truncates, then writes), and the next read of a page beyond the new end kills the
+  // process with SIGBUS. Returns an Io error ("the image was truncated or replaced while in
+  // use: size A → B; reopen it") when the open file's size, inode or modification time
+  // differ from those at open (fstat of the descriptor the image keeps open); OK for an image
+  // loaded into memory or held in memory, whose bytes are no longer the file's. Replacing the
+  // file by a rename leaves the open file (the old inode) as it was: OK. One fstat: the engine
+  // calls it before every forward pass and MoE-layer call, before touching the weights. A
+  // change during a call is not caught (the programs turn that SIGBUS into a message).
+  Error check_unchanged() const;
+
   // Recomputes one tensor's checksum; Corrupt error naming the tensor on mismatch.
   Error verify_tensor(const TensorInfo &tensor) const;
-  // All tensors, split over `threads` threads (0 = hardware concurrency).
+  // All tensors, split over `threads` threads (0 = hardware concurrency); over fewer when
+  // the OS refuses a thread (a thread limit), never failing for that.
   Error verify_all(unsigned threads) const;
 
  private:
@@ -99,6 +111,10 @@ class Image {
   bool mapped_ = false;
   bool locked_ = false;
   bool loaded_ = false;
+  // The file, kept open for check_unchanged, and what it was at open.
+  int fd_ = -1;
+  uint64_t opened_device_ = 0, opened_inode_ = 0;
+  int64_t opened_mtime_seconds_ = 0, opened_mtime_nanoseconds_ = 0;
   std::string label_;
   FileHeader header_{};
   std::vector<TensorInfo> tensors_;
@@ -107,7 +123,8 @@ class Image {
 };
 
 // Explains why `bytes` (the first bytes of a file of `file_size` bytes) is not a Colibri
-// image: empty, zeros, text, GGUF, safetensors, zip, zstd, byte-swapped magic, or unknown.
+// image: empty, a pseudo-file (file_size 0 but `available` bytes read), zeros, text (UTF-8 or
+// UTF-16), GGUF, safetensors, zip, zstd, byte-swapped magic, or unknown.
 // Returns an error of kind NotAnImage; `path` is quoted in the message and its fix.
 Error diagnose_foreign_file(const unsigned char *bytes, uint64_t available, uint64_t file_size, const std::string &path);
 

@@ -60,6 +60,9 @@ class ImageWriter {
   // Writes the directory and header, fsyncs, renames into place.
   Error finish();
 
+  // The stale temporary files of the output that begin() removed (util/atomic_file.h).
+  const std::vector<std::string> &removed_stale() const { return file_.removed_stale(); }
+
  private:
   struct Hasher;
   util::AtomicFile file_;

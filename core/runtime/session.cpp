@@ -75,7 +75,8 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
     s->bound_cpus_ = util::cpu_set_of(threads.cpus);
     s->bound_ = true;
   }
-  s->pool_ = std::make_unique<util::ThreadPool>(pool_options);
+  s->pool_ = util::ThreadPool::create(pool_options, "the session's thread pool (threads option)", error);
+  if (!s->pool_) return nullptr;
   s->thread_report_ = threads.description;
   try {
     s->buffers_ = std::make_unique<Buffers>(model, options, s->pool_->thread_count());
@@ -147,6 +148,7 @@ Error Session::check_batch(const BatchEntry *entries, size_t count) const {
 }
 
 Error Session::forward(const BatchEntry *entries, size_t count) {
+  if (Error e = model_.image().check_unchanged()) return e;  // before any weight is read (issue 18, item 4)
   if (Error e = check_batch(entries, count)) return e;
   logit_rows_ = 0;  // until this pass has produced its logits
   const util::ScopedThreadCpus on_node(bound_ ? &bound_cpus_ : nullptr);  // bind:N: the caller's share on node N
@@ -327,6 +329,7 @@ Error Session::guard_non_finite(float *rows, size_t count, size_t width, const G
 }
 
 Error Session::moe_layer(uint32_t layer, const float *hidden, size_t count, const Route *routes, float *out) {
+  if (Error e = model_.image().check_unchanged()) return e;  // before any weight is read (issue 18, item 4)
   const model::ModelConfig &c = model_.config();
   if (layer >= c.layer_count)
     return make_error(ErrorKind::InvalidArgument, strprintf("layer %u does not exist (the model has %llu layers)", layer,

@@ -2,11 +2,28 @@
 // complete new one, never a partial write: data goes to a temporary file in the target's
 // directory, is fsync-ed, then renamed over the target (and the directory fsync-ed).
 // If the object is destroyed before commit(), the temporary file is removed.
+//
+// Stale temporary files. A writer killed outright (SIGKILL, a power cut) cannot remove its
+// temporary file. Each writer holds an exclusive flock on its temporary file for as long as
+// it writes (the kernel drops the lock when the writer dies), and open() for a target first
+// removes every TARGET.tmp.XXXXXX beside it that it can lock: their writers are gone. A
+// temporary file whose writer still runs stays locked and is left alone. On a file system
+// without flock nothing is removed (and writers write unlocked). A temporary file left by a
+// build older than this one, which took no lock, counts as stale.
+//
+// SIGXFSZ. A write beyond the file-size limit (ulimit -f, RLIMIT_FSIZE) raises SIGXFSZ, whose
+// default action kills the process (exit status 153) before write() can return EFBIG, and no
+// destructor runs to remove the temporary file. This library does not change the process's
+// signal dispositions behind its caller's back: a program that wants the limit reported as an
+// error, as colibri-model and colibri do, ignores SIGXFSZ at startup (signal(SIGXFSZ,
+// SIG_IGN)); write() then fails with EFBIG and this class returns an Io error naming the
+// limit, and the temporary file is removed as for any failed write.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "util/error.h"
 
@@ -19,8 +36,11 @@ class AtomicFile {
   AtomicFile(const AtomicFile &) = delete;
   AtomicFile &operator=(const AtomicFile &) = delete;
 
-  // Opens a temporary file beside `path`. Refuses an existing target unless `overwrite`.
+  // Opens a temporary file beside `path`, locked (see the top of this file), after removing
+  // the stale temporary files of `path`. Refuses an existing target unless `overwrite`.
   Error open(const std::string &path, bool overwrite);
+  // The stale temporary files open() removed (paths), for a note to the user.
+  const std::vector<std::string> &removed_stale() const { return removed_stale_; }
 
   Error write(const void *data, size_t bytes);                 // appends at the write cursor
   Error pwrite(const void *data, size_t bytes, uint64_t offset);  // positioned, cursor unchanged
@@ -41,7 +61,12 @@ class AtomicFile {
   uint64_t position_ = 0;
   std::string path_;
   std::string temp_path_;
+  std::vector<std::string> removed_stale_;
 };
+
+// Removes the temporary files TARGET.tmp.XXXXXX beside `target` whose writers are gone (an
+// flock on them can be had); returns their paths. open() calls it.
+std::vector<std::string> remove_stale_temporaries(const std::string &target);
 
 // Same file? (device + inode) — used to refuse OUT == IN even through links.
 bool same_file(const std::string &a, const std::string &b);

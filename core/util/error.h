@@ -5,6 +5,7 @@
 // the cause, the object (file, tensor, byte offset) and the fix.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <utility>
 
@@ -18,7 +19,7 @@ enum class ErrorKind {
   Unsupported,  // valid but needs a feature this build lacks (newer version, dtype, family)
   InvalidArgument,
   NonFinite,    // NaN/Inf reached a guarded stage (policy "error")
-  OutOfMemory,
+  OutOfMemory,  // memory, or another resource the OS counts out: a thread it refused to start
   Internal,
   Cancelled,    // the user interrupted a long operation (Ctrl-C in colibri-model); never from the C API
 };
@@ -37,5 +38,10 @@ struct Error {
 };
 
 inline Error make_error(ErrorKind kind, std::string message) { return Error(kind, std::move(message)); }
+
+// The OS refused to start a thread (std::system_error from std::thread, errno EAGAIN: a
+// process or user thread limit). Kind OutOfMemory (resources, not a bug), naming the limits
+// with their values, the thread (`started` of `wanted` were running) and what it was for.
+Error thread_start_error(int error_number, size_t started, size_t wanted, const std::string &purpose);
 
 }  // namespace colibri

@@ -83,7 +83,16 @@ ThreadPool::ThreadPool(const ThreadPoolOptions &options)
   workers_.reserve(thread_count_ - 1);
   worker_ids_.reserve(thread_count_ - 1);
   for (size_t thread = 1; thread < thread_count_; ++thread) {
-    workers_.emplace_back([this, thread] { worker_main(thread); });
+    try {
+      workers_.emplace_back([this, thread] { worker_main(thread); });
+    } catch (const std::system_error &e) {
+      // The OS refused a thread (EAGAIN: a thread limit). The destructor will not run for a
+      // constructor that throws, and a joinable std::thread destroyed would std::terminate the
+      // process: stop the workers started so far first.
+      const size_t started = workers_.size() + 1;  // the caller counts
+      stop_workers();
+      throw ThreadStartError(e.code(), started, thread_count_);
+    }
     worker_ids_.push_back(workers_.back().get_id());
     // A worker may run its first instructions elsewhere before this; it takes no task before
     // the first call, which comes after the constructor has returned.
@@ -92,7 +101,9 @@ ThreadPool::ThreadPool(const ThreadPoolOptions &options)
   }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop_workers(); }
+
+void ThreadPool::stop_workers() {
   stop_.store(true);
   generation_.fetch_add(1);
   {
@@ -100,6 +111,17 @@ ThreadPool::~ThreadPool() {
   }
   wake_.notify_all();
   for (std::thread &worker : workers_) worker.join();
+  workers_.clear();
+}
+
+std::unique_ptr<ThreadPool> ThreadPool::create(const ThreadPoolOptions &options, const std::string &purpose,
+                                               Error *error) {
+  try {
+    return std::make_unique<ThreadPool>(options);
+  } catch (const ThreadStartError &e) {
+    *error = thread_start_error(e.code().value(), e.started, e.wanted, purpose);
+    return nullptr;
+  }
 }
 
 bool ThreadPool::pin_calling_thread() { return pin_to_cpu(pthread_self(), cpus_[0]); }

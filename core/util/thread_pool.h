@@ -32,9 +32,13 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <vector>
+
+#include "util/error.h"
 
 namespace colibri::util {
 
@@ -58,9 +62,24 @@ struct ThreadPoolOptions {
   uint32_t spin_microseconds = 1000;
 };
 
+// Thrown by the ThreadPool constructor when the OS refuses a worker thread (EAGAIN: a limit on
+// threads); the workers already started are stopped and joined first. `started` threads ran
+// (the caller counted), `wanted` were asked for.
+struct ThreadStartError : std::system_error {
+  ThreadStartError(std::error_code code, size_t started_threads, size_t wanted_threads)
+      : std::system_error(code, "cannot start a thread-pool worker"), started(started_threads), wanted(wanted_threads) {}
+  size_t started;
+  size_t wanted;
+};
+
 class ThreadPool {
  public:
+  // Throws ThreadStartError if the OS refuses a worker; create() returns it as an Error.
   explicit ThreadPool(const ThreadPoolOptions &options = {});
+  // The pool, or nullptr with *error (kind OutOfMemory, util/error.h thread_start_error) naming
+  // the thread limit, the thread and `purpose` ("the session's thread pool").
+  static std::unique_ptr<ThreadPool> create(const ThreadPoolOptions &options, const std::string &purpose,
+                                            Error *error);
   ~ThreadPool();
   ThreadPool(const ThreadPool &) = delete;
   ThreadPool &operator=(const ThreadPool &) = delete;
@@ -108,6 +127,7 @@ class ThreadPool {
   void worker_main(size_t thread);
   uint64_t wait_for_job(uint64_t seen_generation);
   bool called_from_inside() const;
+  void stop_workers();
 
   size_t thread_count_ = 1;
   uint32_t spin_microseconds_ = 0;

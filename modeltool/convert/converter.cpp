@@ -126,6 +126,7 @@ Error write_image(const ConvertOptions &options, const image::ModelHeaderFields 
   writer_options.overwrite = options.overwrite;
   image::ImageWriter writer;
   if (Error e = writer.begin(options.output, writer_options, fields, std::move(specs), metadata)) return e;
+  note_removed_stale("convert", writer.removed_stale());
 
   // The bar draws only on a terminal (Progress checks isatty(2)).
   std::optional<Progress> progress;

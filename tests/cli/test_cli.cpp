@@ -16,6 +16,8 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -647,4 +649,52 @@ TEST_CASE("bench --json parses and has the table's fields", "[cli][bench]") {
   REQUIRE(table.exit_code == 0);
   CHECK_THAT(table.out, Contains("| model | size | params | backend | threads | test | t/s |") && Contains("| pp16 |") &&
                             Contains("| tg8 |") && Contains("GB/s") && Contains(" ± "));
+}
+
+// Issue 18, item 4: the image truncated under a running `colibri run`. Either the library's
+// check between decode steps refuses the next step (exit 1, "truncated or replaced while in
+// use") or, when the truncation lands inside a step, the SIGBUS handler says so (exit 135);
+// never a silent death by signal.
+TEST_CASE("run: the image truncated while generating is reported, not a silent SIGBUS", "[cli][reliability]") {
+  const std::string dir = temp_dir();
+  const std::string image = dir + "/changing.colibri";
+  std::filesystem::copy_file(bundled_image(), image);
+  const std::string out_path = dir + "/out.txt", err_path = dir + "/err.txt";
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const std::string cmd = std::string("exec ") + COLIBRI_CLI_EXE + " run -m " + image +
+                            " -p 'In the beginning' -n 1000000 --ignore-eos --temp 0 >" + out_path + " 2>" + err_path +
+                            " </dev/null";
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char *>(nullptr));
+    ::_exit(127);
+  }
+  // Truncate once the first generated text has been written (the model is open and decoding).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool generating = false;
+  while (!generating && std::chrono::steady_clock::now() < deadline) {
+    struct stat st{};
+    generating = ::stat(out_path.c_str(), &st) == 0 && st.st_size > 0;
+    if (!generating) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(generating);
+  REQUIRE(::truncate(image.c_str(), 4096) == 0);
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (!WIFEXITED(status) && !WIFSIGNALED(status)) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    FAIL("colibri run did not stop within 60 s of the truncation");
+  }
+  const std::string err = read_file(err_path);
+  INFO(err);
+  REQUIRE(WIFEXITED(status));  // not killed by SIGBUS
+  if (WEXITSTATUS(status) == 1) {
+    CHECK_THAT(err, Contains("the image was truncated or replaced while in use: size ") && Contains("→ 4096") &&
+                        Contains("reopen it"));
+  } else {
+    CHECK(WEXITSTATUS(status) == 135);
+    CHECK_THAT(err, Contains("colibri: fatal: SIGBUS") && Contains("truncated or overwritten while in use"));
+  }
 }

@@ -1,13 +1,18 @@
 // tests/image/test_diagnostics.cpp — every load failure names its cause and its fix
 // (docs/troubleshooting.md lists the same messages).
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstddef>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 
 #include "image/reader.h"
+#include "util/strings.h"
 #include "support/fifo_guard.h"
 #include "support/synthetic_image.h"
 
@@ -257,4 +262,171 @@ TEST_CASE("a FIFO given as the image is refused at once, not waited on", "[diagn
   });
   CHECK(e.kind == ErrorKind::Io);
   CHECK_THAT(e.message, Contains("not a regular file"));
+}
+
+// ---- issue 18, item 8 -------------------------------------------------------------------
+
+namespace {
+
+// Runs `fn` in a forked child (for process-wide limits: setrlimit, setuid) and returns the
+// string it produced; the child's exit status must be 0.
+std::string in_child(const std::function<std::string()> &fn) {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    std::string out = fn();
+    ssize_t w = write(fds[1], out.data(), out.size());
+    _exit(w < 0 ? 2 : 0);
+  }
+  close(fds[1]);
+  std::string message;
+  char buf[1024];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) message.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  return message;
+}
+
+std::vector<unsigned char> utf16(const std::string &ascii, bool little_endian, bool bom) {
+  std::vector<unsigned char> b;
+  if (bom) {
+    b.push_back(little_endian ? 0xFF : 0xFE);
+    b.push_back(little_endian ? 0xFE : 0xFF);
+  }
+  for (char c : ascii) {
+    b.push_back(little_endian ? static_cast<unsigned char>(c) : 0);
+    b.push_back(little_endian ? 0 : static_cast<unsigned char>(c));
+  }
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("magic followed by zeros: a failed sparse write, not an old version", "[diagnostics]") {
+  std::vector<unsigned char> b(4096 + 8, 0);
+  std::memcpy(b.data(), image::kMagic, 8);
+  auto r = open_bytes(b);
+  CHECK(r.error.kind == ErrorKind::Corrupt);  // exit 1 in colibri-model, not 5 (unsupported)
+  CHECK_THAT(r.error.message, Contains("magic is followed by 4096 zero bytes") && Contains("never written") &&
+                                  Contains("sparse write") && Contains("Copy the image again") &&
+                                  Contains("colibri-model verify"));
+  CHECK_THAT(r.error.message, !Contains("older than this build"));
+  // Longer than the scan: "at least".
+  b.assign(size_t{3} << 20, 0);
+  std::memcpy(b.data(), image::kMagic, 8);
+  r = open_bytes(b);
+  CHECK_THAT(r.error.message, Contains("followed by at least 1048568 zero bytes"));
+  // Version 0 with other fields written is still a version error (the test above, "version older").
+  auto valid = valid_image();
+  std::memset(valid.data() + 8, 0, 4);
+  CHECK(open_bytes(valid).error.kind == ErrorKind::Unsupported);
+}
+
+TEST_CASE("a /proc file (size 0, with content) is not called empty", "[diagnostics]") {
+  struct stat st;
+  REQUIRE(::stat("/proc/self/status", &st) == 0);
+  REQUIRE(st.st_size == 0);  // the premise: /proc reports 0 bytes
+  Error err;
+  CHECK_FALSE(image::Image::open("/proc/self/status", {}, &err));
+  CHECK(err.kind == ErrorKind::NotAnImage);
+  CHECK_THAT(err.message, Contains("size is reported as 0 bytes") && Contains("pseudo-file") &&
+                              Contains("\"Name:") && !Contains("empty") && !Contains("interrupted download"));
+  // A really empty file still is.
+  CHECK_THAT(open_bytes({}).error.message, Contains("is empty (0 bytes)"));
+}
+
+TEST_CASE("UTF-16 text is recognised as text, with or without a byte-order mark", "[diagnostics]") {
+  const std::string page = "<!DOCTYPE html>\r\n<html><body>404 Not Found</body></html>\r\n";
+  auto r = open_bytes(utf16(page, true, true));
+  CHECK(r.error.kind == ErrorKind::NotAnImage);
+  CHECK_THAT(r.error.message, Contains("is a UTF-16 text file (little-endian, with a byte-order mark)") &&
+                                  Contains("\"<!DOCTYPE html>\\r\\n<html>") && Contains("got 0xFFFE3C0021004400"));
+  r = open_bytes(utf16(page, false, false));
+  CHECK_THAT(r.error.message, Contains("is a UTF-16 text file (big-endian)") && Contains("\"<!DOCTYPE html>"));
+  r = open_bytes(utf16("model weights, exported by PowerShell > out.colibri", true, false));
+  CHECK_THAT(r.error.message, Contains("UTF-16 text file (little-endian)") && Contains("PowerShell redirection"));
+}
+
+TEST_CASE("mmap refused by the address-space limit names ulimit -v and its value", "[diagnostics]") {
+  // A sparse 8 GiB file with the magic: open maps it before validating anything.
+  std::string path = testing::temp_dir("diag-enomem") + "/big.colibri";
+  {
+    std::vector<unsigned char> head(image::kHeaderSize, 0);
+    std::memcpy(head.data(), image::kMagic, 8);
+    testing::write_file(path, head);
+    REQUIRE(::truncate(path.c_str(), static_cast<off_t>(uint64_t{8} << 30)) == 0);
+  }
+  std::string message = in_child([&] {
+    // The current address space plus 256 MiB: the 8 GiB mapping cannot fit.
+    long pages = 0;
+    if (FILE *f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+      std::fclose(f);
+    }
+    const rlim_t limit = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + (rlim_t{256} << 20);
+    struct rlimit rl = {limit, limit};
+    if (setrlimit(RLIMIT_AS, &rl) != 0) return std::string("setrlimit failed");
+    Error err;
+    auto img = image::Image::open(path, {}, &err);
+    return img ? std::string("opened") : err.message + "|" + util::human_bytes(static_cast<uint64_t>(limit));
+  });
+  const std::string limit_text = message.substr(message.rfind('|') + 1);
+  CHECK_THAT(message, Contains("cannot memory-map") && Contains("Cannot allocate memory") && Contains("ulimit -v") &&
+                          Contains("here " + limit_text) && Contains("vm.max_map_count"));
+}
+
+TEST_CASE("header fields found wrong before the checksum name the field and the fix", "[diagnostics]") {
+  struct Case {
+    const char *field;
+    size_t offset;
+    uint64_t value;
+    bool four_bytes;
+  };
+  const Case cases[] = {
+      {"header_size", offsetof(image::FileHeader, header_size), 128, true},
+      {"data_alignment", offsetof(image::FileHeader, data_alignment), 100, false},
+      {"tensor_count", offsetof(image::FileHeader, tensor_count), uint64_t{1} << 40, false},
+      {"directory_offset", offsetof(image::FileHeader, directory_offset), 512, false},
+      {"directory_size", offsetof(image::FileHeader, directory_size), 1, false},
+      {"metadata_offset", offsetof(image::FileHeader, metadata_offset), 7, false},
+      {"metadata_size", offsetof(image::FileHeader, metadata_size), uint64_t{1} << 40, false},
+  };
+  for (const Case &c : cases) {
+    auto b = valid_image();
+    if (c.four_bytes) {
+      const uint32_t v = static_cast<uint32_t>(c.value);
+      std::memcpy(b.data() + c.offset, &v, 4);
+    } else {
+      std::memcpy(b.data() + c.offset, &c.value, 8);
+    }
+    auto r = open_bytes(b);
+    INFO(c.field << ": " << r.error.message);
+    CHECK(r.error.kind == ErrorKind::Corrupt);
+    CHECK_THAT(r.error.message, Contains(std::string("header field ") + c.field + " is ") &&
+                                    Contains("header is damaged") && Contains("Copy the image again") &&
+                                    Contains("colibri-model verify"));
+  }
+}
+
+TEST_CASE("checksums are checked when the OS refuses threads (a thread limit)", "[diagnostics]") {
+  std::string path = testing::temp_dir("diag-nproc") + "/m.colibri";
+  REQUIRE_FALSE(testing::write_synthetic_image(path, {}));
+  std::string message = in_child([&] {
+    Error err;
+    auto img = image::Image::open(path, {}, &err);
+    if (!img) return "open: " + err.message;
+    // RLIMIT_NPROC counts the user's processes and threads; root is exempt, so drop to nobody.
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) return std::string("setuid failed");
+    struct rlimit rl = {1, 1};
+    if (setrlimit(RLIMIT_NPROC, &rl) != 0) return std::string("setrlimit failed");
+    Error v = img->verify_all(8);  // 7 threads refused: the caller checks every tensor alone
+    return v ? "verify: " + v.message : std::string("ok");
+  });
+  CHECK(message == "ok");
 }

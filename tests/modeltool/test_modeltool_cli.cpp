@@ -1,16 +1,23 @@
 // tests/modeltool/test_modeltool_cli.cpp — the colibri-model executable end to end:
 // exit codes, inspect --json, verify, and the repack round trips of docs/format.md.
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <fstream>
 #include <iterator>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -388,4 +395,111 @@ TEST_CASE("repack refuses OUT == IN, existing OUT without --force, and bad optio
   REQUIRE(img);
   CHECK(img->header().data_alignment == 65536);
   for (const auto &t : img->tensors()) CHECK(t.offset % 65536 == 0);
+}
+
+// ---- issue 18, item 5: interrupted writers --------------------------------------------------
+
+namespace {
+
+// Runs colibri-model under `ulimit -f BLOCKS` (1 KiB blocks), through bash as a user would.
+Run run_tool_file_limited(int blocks, const std::string &args) {
+  std::string cmd = "bash -c 'ulimit -f " + std::to_string(blocks) + "; exec " + COLIBRI_MODEL_EXE + " " + args + "' 2>&1";
+  FILE *pipe = popen(cmd.c_str(), "r");
+  REQUIRE(pipe);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  int status = pclose(pipe);
+  // Killed by SIGXFSZ, bash's exec leaves the signal in the status (sh would say 153).
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+// The names in `dir` that start with `prefix`.
+std::vector<std::string> names_starting(const std::string &dir, const std::string &prefix) {
+  std::vector<std::string> names;
+  for (const auto &entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A child process that creates `path`, takes an flock on it and signals readiness; it holds
+// the lock until killed. Returns its pid.
+pid_t lock_holder(const std::string &path) {
+  int ready[2];
+  REQUIRE(pipe(ready) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(ready[0]);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL, 0644);
+    if (fd < 0 || ::flock(fd, LOCK_EX) != 0 || ::write(fd, "partial", 7) != 7) _exit(1);
+    if (::write(ready[1], "r", 1) != 1) _exit(1);
+    for (;;) ::pause();
+  }
+  close(ready[1]);
+  char c = 0;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  close(ready[0]);
+  return pid;
+}
+
+}  // namespace
+
+TEST_CASE("under ulimit -f, repack, --decompress and convert fail with the I/O error and leave no temporary file",
+          "[cli][repack][reliability]") {
+  const std::string dir = testing::temp_dir("cli-fsize");
+  const std::string in = make_image(dir);  // ~260 KiB
+  REQUIRE(run_tool("repack " + in + " " + dir + "/m.colibri.zst --compress").exit_code == 0);
+  constexpr int kLimitBlocks = 64;  // 64 KiB: smaller than each output
+  struct Case {
+    const char *what;
+    std::string args;
+  };
+  const Case cases[] = {
+      {"repack", "repack " + in + " " + dir + "/out.colibri --dtype f16"},
+      {"repack --decompress", "repack " + dir + "/m.colibri.zst " + dir + "/out.colibri --decompress"},
+      {"convert", std::string("convert ") + COLIBRI_SOURCE_DIR + "/tests/fixtures/oracle/mixtral_gqa -o " + dir +
+                      "/out.colibri"},
+  };
+  for (const Case &c : cases) {
+    Run r = run_tool_file_limited(kLimitBlocks, c.args);
+    INFO(c.what << ": " << r.out);
+    CHECK(r.exit_code == 4);  // I/O error; was 153 (killed by SIGXFSZ)
+    CHECK_THAT(r.out, Contains("I/O error: writing '") && Contains("File too large") &&
+                          Contains("the file-size limit (ulimit -f, RLIMIT_FSIZE) is 64.00 KiB") &&
+                          Contains("The temporary file was removed"));
+    CHECK(names_starting(dir, "out.colibri").empty());  // neither OUT nor OUT.tmp.*
+  }
+}
+
+TEST_CASE("a killed writer's temporary file is removed by the next run for the same output; a live one is kept",
+          "[cli][repack][reliability]") {
+  const std::string dir = testing::temp_dir("cli-stale");
+  const std::string in = make_image(dir);
+  const std::string out = dir + "/out.colibri";
+  // A writer killed with SIGKILL while it held its temporary file (the kernel drops its lock).
+  const pid_t killed = lock_holder(out + ".tmp.Ab12Cd");
+  REQUIRE(::kill(killed, SIGKILL) == 0);
+  REQUIRE(::waitpid(killed, nullptr, 0) == killed);
+  // A writer still running, and names that are not this output's temporary files.
+  const pid_t live = lock_holder(out + ".tmp.Live01");
+  testing::write_file(out + ".tmp.toolong7", {1});
+  testing::write_file(dir + "/other.colibri.tmp.Xy98Zw", {1});
+  Run r = run_tool("repack " + in + " " + out);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("note: removed the stale temporary file '" + out + ".tmp.Ab12Cd'"));
+  CHECK_THAT(r.out, !Contains("Live01"));
+  CHECK(names_starting(dir, "out.colibri") ==
+        std::vector<std::string>{"out.colibri", "out.colibri.tmp.Live01", "out.colibri.tmp.toolong7"});
+  CHECK(names_starting(dir, "other.colibri").size() == 1);
+  // The live writer gone, the next run removes its file too.
+  REQUIRE(::kill(live, SIGKILL) == 0);
+  REQUIRE(::waitpid(live, nullptr, 0) == live);
+  r = run_tool("repack " + in + " " + out + " --force");
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("removed the stale temporary file '" + out + ".tmp.Live01'"));
+  CHECK(names_starting(dir, "out.colibri") == std::vector<std::string>{"out.colibri", "out.colibri.tmp.toolong7"});
 }
