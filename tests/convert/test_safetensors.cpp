@@ -81,7 +81,7 @@ TEST_CASE("something that is not safetensors is named as such", "[safetensors]")
 }
 
 TEST_CASE("a header that is not a JSON object is refused", "[safetensors]") {
-  CHECK_THAT(parse_header("{not json", 0).message, Contains("not a valid JSON object"));
+  CHECK_THAT(parse_header("{not json", 0).message, Contains("the safetensors header is not valid JSON"));
   CHECK_THAT(parse_header("{\"a\": 1}", 0).message, Contains("header entry is not an object"));
 }
 
