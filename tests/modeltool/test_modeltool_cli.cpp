@@ -475,7 +475,7 @@ TEST_CASE("under ulimit -f, repack, --decompress and convert fail with the I/O e
   }
 }
 
-TEST_CASE("a killed writer's temporary file is removed by the next run for the same output; a live one is kept",
+TEST_CASE("a killed writer's temporary file is removed by the next run for the same output while a live one is kept",
           "[cli][repack][reliability]") {
   const std::string dir = testing::temp_dir("cli-stale");
   const std::string in = make_image(dir);
