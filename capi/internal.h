@@ -59,8 +59,10 @@ int32_t guard(const char *function, Fn &&fn) noexcept {
 }
 
 // The same for the void destructors: exceptions are swallowed (and logged).
+// A destructor leaves the last error as it was, unless it refuses a misuse (recorded then).
 template <class Fn>
 void guard_void(const char *function, Fn &&fn) noexcept {
+  set_current_function(function);
   try {
     fn();
   } catch (...) {

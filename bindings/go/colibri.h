@@ -38,8 +38,9 @@
  *                closed or freed, a handle of another type, or a pointer that is not a handle
  *                gives COLIBRI_ERROR_BAD_STATE naming the misuse ("session (0x...) was already
  *                freed"); a destructor given one does nothing and records BAD_STATE in
- *                colibri_last_error (it cannot return a status). So a double free, or a call
- *                on a freed handle, is caught.
+ *                colibri_last_error (it cannot return a status; a destructor that frees
+ *                leaves the last error as it was). So a double free, or a call on a freed
+ *                handle, is caught.
  *              - Caught reliably for the last 1024 handles freed in the process: their small
  *                shells stay allocated (everything they owned is released at once) with the
  *                tag poisoned. An older freed handle, or a pointer to memory that is not a
