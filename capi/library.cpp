@@ -54,6 +54,7 @@ int32_t status_from_kind(ErrorKind kind) {
     case ErrorKind::OutOfMemory: return COLIBRI_ERROR_OUT_OF_MEMORY;
     case ErrorKind::Internal:
     case ErrorKind::Cancelled: return COLIBRI_ERROR_INTERNAL;  // no library call can be cancelled this way
+    case ErrorKind::Busy: return COLIBRI_ERROR_INTERNAL;       // no library call returns it yet
   }
   return COLIBRI_ERROR_INTERNAL;
 }

@@ -24,6 +24,7 @@ int exit_code_for(const Error &error) {
     case ErrorKind::NonFinite: return kExitCorrupt;
     case ErrorKind::Cancelled: return kExitInterrupted;
     case ErrorKind::OutOfMemory:
+    case ErrorKind::Busy:
     case ErrorKind::Internal: return kExitInternal;
   }
   return kExitInternal;
