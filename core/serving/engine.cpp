@@ -324,59 +324,56 @@ void Engine::on_token(Sequence &seq, int32_t token) {
     std::lock_guard<std::mutex> lock(seq.request->mu_);
     seq.request->generated_.push_back(token);
   }
-  auto flush_all = [&]() -> Error {
-    std::string tail;
-    if (Error e = seq.decoder.flush(&tail)) return e;
-    seq.pending += tail;
-    publish(seq, std::exchange(seq.pending, std::string()));
-    return {};
+  const bool text = seq.options.text;
+  // At an end, the text held back (incomplete bytes, a stop-string prefix) is released.
+  auto end = [&](FinishReason reason, Error error) {
+    if (text) {
+      std::string tail;
+      Error e = seq.decoder.flush(&tail);
+      seq.pending += tail;
+      publish(seq, std::exchange(seq.pending, std::string()));
+      if (e) {
+        reason = FinishReason::Error;
+        error = e;
+      }
+    }
+    finish(seq, reason, std::move(error));
   };
   const bool is_eos = !seq.options.ignore_eos && std::find(seq.options.eos_token_ids.begin(),
                                                            seq.options.eos_token_ids.end(), token) != seq.options.eos_token_ids.end();
-  if (is_eos) {
-    Error e = flush_all();
-    finish(seq, e ? FinishReason::Error : FinishReason::EndOfSequence, e);
-    return;
-  }
-  std::string text;
-  if (Error e = seq.decoder.push(token, &text)) {
-    finish(seq, FinishReason::Error, e);
-    return;
-  }
-  seq.pending += text;
-  for (const std::string &stop : seq.options.stop_strings) {
-    const size_t at = stop.empty() ? std::string::npos : seq.pending.find(stop);
-    if (at != std::string::npos) {
-      publish(seq, seq.pending.substr(0, at));
-      seq.pending.clear();
-      finish(seq, FinishReason::StopString);
-      return;
+  if (is_eos) return end(FinishReason::EndOfSequence, {});
+  if (text) {
+    std::string piece;
+    if (Error e = seq.decoder.push(token, &piece)) return finish(seq, FinishReason::Error, e);
+    seq.pending += piece;
+    for (const std::string &stop : seq.options.stop_strings) {
+      const size_t at = stop.empty() ? std::string::npos : seq.pending.find(stop);
+      if (at != std::string::npos) {
+        publish(seq, seq.pending.substr(0, at));
+        seq.pending.clear();
+        return finish(seq, FinishReason::StopString);
+      }
     }
   }
-  if (seq.generated() >= seq.options.max_tokens) {
-    Error e = flush_all();
-    finish(seq, e ? FinishReason::Error : FinishReason::Length, e);
-    return;
-  }
+  if (seq.generated() >= seq.options.max_tokens) return end(FinishReason::Length, {});
   if (seq.tokens.size() > options_.context_length) {
     // The sampled token cannot be fed back: its text is released, then the full context is
     // the request's error.
-    Error e = flush_all();
-    if (!e)
-      e = make_error(ErrorKind::InvalidArgument,
-                     strprintf("the context is full (%u tokens: %zu prompt + %zu generated); raise the context length "
-                               "or lower max_tokens",
-                               options_.context_length, seq.prompt_length, seq.generated()));
     {
       std::lock_guard<std::mutex> lock(seq.request->mu_);
       seq.request->result_.context_full = true;
     }
-    finish(seq, FinishReason::Error, e);
-    return;
+    return end(FinishReason::Error,
+               make_error(ErrorKind::InvalidArgument,
+                          strprintf("the context is full (%u tokens: %zu prompt + %zu generated); raise the context "
+                                    "length or lower max_tokens",
+                                    options_.context_length, seq.prompt_length, seq.generated())));
   }
-  const size_t safe = runtime::releasable_length(seq.pending, seq.options.stop_strings);
-  publish(seq, seq.pending.substr(0, safe));
-  seq.pending.erase(0, safe);
+  if (text) {
+    const size_t safe = runtime::releasable_length(seq.pending, seq.options.stop_strings);
+    publish(seq, seq.pending.substr(0, safe));
+    seq.pending.erase(0, safe);
+  }
 }
 
 void Engine::step() {

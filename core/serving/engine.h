@@ -70,6 +70,9 @@ struct RequestOptions {
   bool ignore_eos = false;
   std::vector<std::string> stop_strings;  // text that ends the output (excluded from it)
   Clock::time_point deadline = Clock::time_point::max();  // the request ends (Deadline) after it
+  // false: tokens only (generated_tokens), no text pieces and no stop strings — for callers
+  // that detokenize themselves, and benchmark models whose tokenizer does not cover the vocabulary.
+  bool text = true;
 };
 
 struct RequestResult {

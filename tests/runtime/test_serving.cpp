@@ -265,11 +265,16 @@ TEST_CASE("engine: cancellation while queued, prefilling or decoding; deadlines"
   std::shared_ptr<serving::Request> late;
   REQUIRE(engine->submit(encode(kPrompts[2]), past, &late).ok());
   CHECK(drain(*late).finish == runtime::FinishReason::Deadline);
+  // (A context of 8192 tokens takes far longer than 50 ms to fill.)
+  serving::EngineOptions long_context = engine_options(1);
+  long_context.context_length = 8192;
+  auto roomy = make_engine(long_context);
   serving::RequestOptions soon = o;
   soon.max_tokens = 1000000;
-  soon.deadline = serving::Clock::now() + 150ms;
+  soon.deadline = serving::Clock::now() + 50ms;
   std::shared_ptr<serving::Request> timed;
-  REQUIRE(engine->submit(encode(kPrompts[3]), soon, &timed).ok());
+  REQUIRE(roomy->submit(encode(kPrompts[3]), soon, &timed).ok());
+  REQUIRE(timed->next(&piece, -1ns) == serving::Request::Poll::Piece);  // decoding before the deadline
   Output d = drain(*timed);
   CHECK(d.finish == runtime::FinishReason::Deadline);
   CHECK(timed->result().error.ok());
