@@ -143,6 +143,8 @@ COLIBRI_API const char *colibri_version_string(void);
 #define COLIBRI_OK 0
 /* Not an error: a stream has no more pieces. */
 #define COLIBRI_DONE 1
+/* Not an error: nothing is ready yet (colibri_request_next's wait ended first). */
+#define COLIBRI_PENDING 2
 
 /* An argument is out of range, NULL where a value is required, or inconsistent with the
  * model or the session (a token id >= vocab_size, a layer that is not an MoE layer, ...). */
@@ -184,6 +186,9 @@ COLIBRI_API const char *colibri_version_string(void);
 /* A bug in libcolibri (an unexpected exception). The message keeps what was caught; please
  * report it. The handles involved should be freed. */
 #define COLIBRI_ERROR_INTERNAL (-12)
+/* A bounded queue is full (colibri_request_submit: the engine's queue_capacity requests wait
+ * already). Nothing was queued; try again later. */
+#define COLIBRI_ERROR_BUSY (-13)
 
 /* A static English name for a status code: "ok", "done", "invalid argument", ...; "unknown
  * status" for a value not in the set. Thread-safe; never fails; never NULL. */
@@ -287,7 +292,10 @@ COLIBRI_API const char *colibri_dtype_name(uint32_t dtype);
 #define COLIBRI_FINISH_LENGTH 1    /* max_tokens generated */
 #define COLIBRI_FINISH_EOS 2       /* an end-of-sequence token was sampled (not in the text) */
 #define COLIBRI_FINISH_STOP 3      /* a stop string was generated (not in the text) */
-#define COLIBRI_FINISH_CANCELLED 4 /* the piece callback returned non-zero */
+#define COLIBRI_FINISH_CANCELLED 4 /* the piece callback returned non-zero; a request was
+                                      cancelled (colibri_request_cancel / _free, engine freed) */
+#define COLIBRI_FINISH_DEADLINE 5  /* a request's timeout_ns passed before it ended */
+#define COLIBRI_FINISH_ERROR 6     /* a request failed; colibri_request_next returned its error */
 
 /* colibri_tokenize flags (bitwise or). */
 #define COLIBRI_TOKENIZE_ADD_SPECIAL 1u   /* add BOS/EOS as the tokenizer's post-processor says */
@@ -852,6 +860,172 @@ COLIBRI_API int32_t colibri_session_get_stats(const colibri_session *session, co
 
 /* Zeroes the session's counters. One thread at a time per session. */
 COLIBRI_API int32_t colibri_session_reset_stats(colibri_session *session);
+
+
+/* ======================================================================================
+ *  Serving engine: many concurrent requests on one model (continuous batching)
+ * ======================================================================================
+ *
+ *  An engine owns a paged KV cache (blocks of block_tokens positions, allocated once from
+ *  kv_budget_bytes), a thread pool and a scheduler thread. Requests are submitted from any
+ *  thread and run together: each scheduler step is one forward pass over one decode token of
+ *  every running request plus chunks of the prompts being prefilled (step_tokens in all), so
+ *  each active expert's weights are read once per step for every request. New requests join
+ *  between steps, finished ones leave at once; prefill is chunked, so a cancellation or an
+ *  arrival waits at most one step.
+ *
+ *  Prefix cache: the KV of full blocks stays cached after a request ends (LRU within the
+ *  budget). A request whose prompt begins with a cached token prefix (the next chat turn with
+ *  the history, a shared system prompt) prefills only the rest. It never changes results.
+ *
+ *  Admission: a request waits in a queue of queue_capacity (beyond it, submit returns
+ *  COLIBRI_ERROR_BUSY at once) until a sequence slot and its prompt's KV blocks are free.
+ *  When a running request needs a block and none is left, the most recently admitted one
+ *  gives its blocks back and is recomputed later (same results).
+ *
+ *  Determinism: with a fixed seed a request's tokens do not depend on what else runs beside
+ *  it, on the thread count, on preemption or on prefix hits: they equal colibri_generate's on
+ *  a session with the same options (same kernels).
+ *
+ *  Threads: colibri_request_submit, colibri_request_cancel, colibri_request_get_result,
+ *  colibri_request_tokens and colibri_engine_get_stats may be called from any thread at any
+ *  time; colibri_request_next by one thread at a time per request. Request handles outlive
+ *  their engine: freeing the engine cancels what is unfinished, and the requests can still
+ *  be read and must still be freed.
+ */
+
+typedef struct colibri_engine colibri_engine;
+typedef struct colibri_request colibri_request;
+
+typedef struct colibri_engine_options {
+  uint32_t struct_size;       /* sizeof(colibri_engine_options), set by the init function */
+  uint32_t max_sequences;     /* requests running at once. Default 8. Range 1..4096 */
+  uint32_t context_length;    /* tokens per request (prompt + output). 0 (default) =
+                                 min(max_position_embeddings, 4096). Range 1..16777216 */
+  uint32_t step_tokens;       /* tokens per scheduler step (decode tokens + prefill chunks).
+                                 Default 256. Range max_sequences..65536 */
+  uint32_t block_tokens;      /* positions per KV block. Default 16. Range 1..4096 */
+  uint32_t queue_capacity;    /* requests that may wait for admission. Default 64.
+                                 Range 0..1048576 */
+  uint32_t prefix_cache;      /* 1 (default): reuse cached prefix blocks; 0: off */
+  uint32_t reserved0;         /* must be 0 */
+  uint64_t kv_budget_bytes;   /* the KV pool. 0 (default) = max_sequences whole contexts */
+  const colibri_session_options *session; /* threads, pin_threads, non_finite_policy,
+                                 kv_dtype, force_scalar, seed (the default of requests whose
+                                 sampler seed is COLIBRI_SEED_FROM_SESSION), numa_*, max_isa;
+                                 its context_length, max_sequences, max_batch_tokens and
+                                 max_logit_rows are ignored. NULL (default): the model's */
+} colibri_engine_options;
+
+/* Fills *options with the defaults (pass sizeof *options). Thread-safe. */
+COLIBRI_API int32_t colibri_engine_options_init(colibri_engine_options *options, size_t struct_size);
+
+/* Creates an engine on `model` (which it keeps alive) and starts its scheduler thread.
+ * options may be NULL. Errors: INVALID_ARGUMENT (a field out of range: the message names it;
+ * a KV budget below one block), UNSUPPORTED (no tokenizer; a kv_dtype), OUT_OF_MEMORY.
+ * Thread-safe. */
+COLIBRI_API int32_t colibri_engine_create(colibri_model *model, const colibri_engine_options *options,
+                                          colibri_engine **engine_out);
+
+/* Stops the scheduler: unfinished requests end with COLIBRI_FINISH_CANCELLED (their handles
+ * stay valid). NULL is a no-op. Not concurrently with other calls on the engine. */
+COLIBRI_API void colibri_engine_free(colibri_engine *engine);
+
+#define COLIBRI_ENGINE_BATCH_BUCKETS 9
+
+typedef struct colibri_engine_stats {
+  uint32_t struct_size;       /* set by the caller: sizeof(colibri_engine_stats) */
+  uint32_t kv_block_tokens;   /* positions per KV block */
+  uint64_t queue_depth;       /* requests waiting for admission now */
+  uint64_t active_sequences;  /* requests running now */
+  uint64_t submitted_count;   /* requests accepted by submit */
+  uint64_t rejected_busy_count; /* submits answered COLIBRI_ERROR_BUSY */
+  uint64_t finished_count;    /* requests ended (any reason) */
+  uint64_t step_count;        /* forward passes */
+  uint64_t decode_token_count;  /* tokens computed one per request per step */
+  uint64_t prefill_token_count; /* prompt tokens computed (chunks; recomputation included) */
+  uint64_t prefix_hit_token_count; /* prompt tokens taken from the prefix cache */
+  uint64_t preemption_count;  /* times a request gave its blocks back for recomputation */
+  uint64_t max_batch_sequences; /* most requests in one step */
+  uint64_t batch_histogram[COLIBRI_ENGINE_BATCH_BUCKETS]; /* steps by requests in the step:
+                                 1, 2, 3-4, 5-8, 9-16, 17-32, 33-64, 65-128, more */
+  uint64_t kv_block_count;    /* blocks in the pool */
+  uint64_t kv_blocks_in_use;  /* held by running requests */
+  uint64_t kv_blocks_cached;  /* held only by the prefix cache (evictable) */
+  uint64_t kv_eviction_count; /* cached blocks reused for new content */
+} colibri_engine_stats;
+
+/* The engine's counters (as of the end of the last scheduler step). Thread-safe. */
+COLIBRI_API int32_t colibri_engine_get_stats(const colibri_engine *engine, colibri_engine_stats *stats);
+
+typedef struct colibri_request_options {
+  uint32_t struct_size;       /* sizeof(colibri_request_options), set by the init function */
+  uint32_t max_tokens;        /* tokens to generate at most. Default 256 */
+  uint32_t ignore_eos;        /* 1: keep going past EOS tokens. Default 0 */
+  uint32_t reserved0;         /* must be 0 */
+  const colibri_sampler_options *sampler; /* NULL (default): sampler defaults, the engine's
+                                 seed */
+  const int32_t *eos_tokens;  /* NULL or a count of 0 (default): the model's EOS ids.
+                                 Borrowed for the call */
+  size_t eos_token_count;
+  const char *const *stop_strings; /* text that ends the output, excluded from it.
+                                      NUL-terminated UTF-8, borrowed for the call */
+  size_t stop_string_count;
+  uint64_t timeout_ns;        /* the request ends (COLIBRI_FINISH_DEADLINE) this long after
+                                 submission, waiting or running. 0 (default): no limit */
+} colibri_request_options;
+
+/* Fills *options with the defaults (pass sizeof *options). Thread-safe. */
+COLIBRI_API int32_t colibri_request_options_init(colibri_request_options *options, size_t struct_size);
+
+/* Queues a generation from prompt[0..prompt_count) (token ids; see colibri_tokenize and
+ * colibri_chat_render) and returns its handle at once; the text comes from
+ * colibri_request_next. Errors: BUSY (the queue is full; nothing queued), INVALID_ARGUMENT
+ * (empty prompt, a token outside the vocabulary, a bad option, a prompt the KV budget cannot
+ * hold), CONTEXT_FULL (the prompt does not fit the context). Thread-safe (not concurrently
+ * with colibri_engine_free). */
+COLIBRI_API int32_t colibri_request_submit(colibri_engine *engine, const int32_t *prompt, size_t prompt_count,
+                                           const colibri_request_options *options, colibri_request **request_out);
+
+/* Waits up to timeout_ns for the next piece of text: COLIBRI_OK with *piece (NUL-terminated,
+ * complete UTF-8, owned by the request, valid until the next call on it) and *piece_size;
+ * COLIBRI_PENDING when the wait ended first (an empty piece); COLIBRI_DONE when the request
+ * has ended and every piece was read (then every later call returns COLIBRI_DONE).
+ * timeout_ns < 0 waits as long as it takes; 0 only looks. A request that failed returns its
+ * error (NON_FINITE, CONTEXT_FULL: the context filled up before max_tokens, OUT_OF_MEMORY:
+ * its tokens outgrew the KV budget) once its pieces are read, then COLIBRI_DONE.
+ * One thread at a time per request. */
+COLIBRI_API int32_t colibri_request_next(colibri_request *request, int64_t timeout_ns, const char **piece,
+                                         size_t *piece_size);
+
+/* Ends the request at the next scheduler step, queued, prefilling or decoding (finish reason
+ * COLIBRI_FINISH_CANCELLED unless it ended before); the pieces produced so far can still be
+ * read. Thread-safe, any time; cancelling twice is fine. */
+COLIBRI_API int32_t colibri_request_cancel(colibri_request *request);
+
+typedef struct colibri_request_result {
+  uint32_t struct_size;       /* set by the caller: sizeof(colibri_request_result) */
+  uint32_t finish_reason;     /* COLIBRI_FINISH_*; NONE while running */
+  uint64_t prompt_token_count;
+  uint64_t generated_token_count; /* sampled tokens, including a final EOS */
+  uint64_t prefix_hit_token_count; /* prompt tokens taken from the prefix cache */
+  uint64_t preemption_count;  /* times it gave its KV blocks back and was recomputed */
+  uint64_t queue_ns;          /* submission to admission */
+  uint64_t time_to_first_token_ns; /* submission to the first sampled token */
+  uint64_t decode_ns;         /* the first sampled token to the end */
+} colibri_request_result;
+
+/* The request's progress so far (set result->struct_size first). Thread-safe. */
+COLIBRI_API int32_t colibri_request_get_result(const colibri_request *request, colibri_request_result *result);
+
+/* Copies the ids generated so far (including a final EOS) into tokens. Buffer rules above.
+ * Thread-safe. */
+COLIBRI_API int32_t colibri_request_tokens(const colibri_request *request, int32_t *tokens, size_t capacity,
+                                           size_t *count);
+
+/* Cancels the request if it is unfinished and frees the handle. NULL is a no-op. Not
+ * concurrently with other calls on the request. */
+COLIBRI_API void colibri_request_free(colibri_request *request);
 
 #ifdef __cplusplus
 } /* extern "C" */

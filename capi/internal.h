@@ -281,6 +281,16 @@ bool claim_session_for_free(SessionHandle *session) noexcept;
 }  // namespace colibri::capi
 
 namespace colibri::capi {
+// A caller's colibri_session_options read, validated and resolved against the model's
+// options (session.cpp; also used by the serving engine, engine.cpp).
+struct SessionSettings {
+  colibri_session_options options{};  // as read (defaults filled in)
+  uint32_t pin = 0, non_finite = 0, numa = 0, numa_node = 0;  // resolved COLIBRI_* values
+  runtime::SessionOptions runtime;
+};
+int32_t session_settings_from_c(const colibri_model_options &model_options, const colibri_session_options *options,
+                                SessionSettings *out);
+
 // Shared by session.cpp and generate.cpp.
 // BAD_STATE when a stream holds the session.
 int32_t require_idle(const SessionHandle *session);

@@ -54,6 +54,7 @@ int32_t status_from_kind(ErrorKind kind) {
     case ErrorKind::OutOfMemory: return COLIBRI_ERROR_OUT_OF_MEMORY;
     case ErrorKind::Internal:
     case ErrorKind::Cancelled: return COLIBRI_ERROR_INTERNAL;  // no library call can be cancelled this way
+    case ErrorKind::Busy: return COLIBRI_ERROR_BUSY;
   }
   return COLIBRI_ERROR_INTERNAL;
 }
@@ -204,6 +205,7 @@ COLIBRI_API const char *colibri_status_string(int32_t status) {
   switch (status) {
     case COLIBRI_OK: return "ok";
     case COLIBRI_DONE: return "done";
+    case COLIBRI_PENDING: return "pending";
     case COLIBRI_ERROR_INVALID_ARGUMENT: return "invalid argument";
     case COLIBRI_ERROR_IO: return "input/output error";
     case COLIBRI_ERROR_NOT_AN_IMAGE: return "not a colibri image";
@@ -216,6 +218,7 @@ COLIBRI_API const char *colibri_status_string(int32_t status) {
     case COLIBRI_ERROR_BAD_STATE: return "bad state";
     case COLIBRI_ERROR_CALLBACK: return "callback failed";
     case COLIBRI_ERROR_INTERNAL: return "internal error";
+    case COLIBRI_ERROR_BUSY: return "busy";
     default: return "unknown status";
   }
 }

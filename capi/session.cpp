@@ -118,6 +118,58 @@ int32_t logits_row(const capi::SessionHandle *session, size_t row, const float *
 
 namespace colibri::capi {
 
+int32_t session_settings_from_c(const colibri_model_options &mo, const colibri_session_options *options,
+                                SessionSettings *out) {
+  colibri_session_options &o = out->options;
+  o = default_session_options();
+  if (int32_t st = capi::read_options(options, &o, kSessionOptionsAbi1, "colibri_session_options")) return st;
+  COLIBRI_REQUIRE_ARG(o.pin_threads <= COLIBRI_PIN_ON, "colibri_session_options.pin_threads " +
+                                                           std::to_string(o.pin_threads) + " is not a COLIBRI_PIN_* value (0..2)");
+  COLIBRI_REQUIRE_ARG(o.non_finite_policy <= COLIBRI_NON_FINITE_ZERO,
+                      "colibri_session_options.non_finite_policy " + std::to_string(o.non_finite_policy) +
+                          " is not a COLIBRI_NON_FINITE_* value (0..2)");
+  COLIBRI_REQUIRE_ARG(o.force_scalar <= 1, "colibri_session_options.force_scalar must be 0 or 1");
+  COLIBRI_REQUIRE_ARG(o.reserved0 == 0, "colibri_session_options.reserved0 must be 0");
+  COLIBRI_REQUIRE_ARG(o.max_isa <= COLIBRI_ISA_AVX512, "colibri_session_options.max_isa " + std::to_string(o.max_isa) +
+                                                           " is not a COLIBRI_ISA_* value (0..3)");
+  COLIBRI_REQUIRE_ARG(o.numa_policy <= COLIBRI_NUMA_INTERLEAVE, "colibri_session_options.numa_policy " +
+                                                                    std::to_string(o.numa_policy) +
+                                                                    " is not a COLIBRI_NUMA_* value (0..3)");
+  if (o.kv_dtype != COLIBRI_DTYPE_F32 && o.kv_dtype != COLIBRI_DTYPE_F16)
+    return capi::fail(o.kv_dtype <= COLIBRI_DTYPE_Q8 ? COLIBRI_ERROR_UNSUPPORTED : COLIBRI_ERROR_INVALID_ARGUMENT,
+                      std::string("colibri_session_options.kv_dtype ") + colibri_dtype_name(o.kv_dtype) + " (" +
+                          std::to_string(o.kv_dtype) + "): KV caches are COLIBRI_DTYPE_F32 or COLIBRI_DTYPE_F16");
+  uint32_t &pin = out->pin;
+  pin = o.pin_threads != COLIBRI_PIN_DEFAULT ? o.pin_threads
+                 : mo.pin_threads != COLIBRI_PIN_DEFAULT ? mo.pin_threads
+                                                          : COLIBRI_PIN_OFF;
+  uint32_t &non_finite = out->non_finite;
+  non_finite = o.non_finite_policy != COLIBRI_NON_FINITE_DEFAULT ? o.non_finite_policy
+                        : mo.non_finite_policy != COLIBRI_NON_FINITE_DEFAULT ? mo.non_finite_policy
+                                                                             : COLIBRI_NON_FINITE_ERROR;
+  uint32_t &numa = out->numa, &numa_node = out->numa_node;
+  numa = o.numa_policy;
+  numa_node = o.numa_node;
+  if (numa == COLIBRI_NUMA_DEFAULT) {
+    numa = mo.numa_policy == COLIBRI_NUMA_DEFAULT ? COLIBRI_NUMA_OFF : mo.numa_policy;
+    numa_node = mo.numa_node;
+  }
+  runtime::SessionOptions &so = out->runtime;
+  so.context_length = o.context_length;
+  so.max_sequences = o.max_sequences;
+  so.max_batch_tokens = o.max_batch_tokens;
+  so.max_logit_rows = o.max_logit_rows;
+  so.threads = o.threads ? o.threads : mo.threads;
+  so.pin_threads = pin == COLIBRI_PIN_ON;
+  so.force_scalar = o.force_scalar != 0 || o.max_isa == COLIBRI_ISA_SCALAR;
+  if (o.max_isa == COLIBRI_ISA_AVX2) so.max_isa = kernels::Isa::Avx2;
+  if (o.max_isa == COLIBRI_ISA_AVX512) so.max_isa = kernels::Isa::Avx512;
+  so.non_finite = non_finite == COLIBRI_NON_FINITE_ZERO ? runtime::NonFinitePolicy::Zero : runtime::NonFinitePolicy::Error;
+  so.kv_dtype = o.kv_dtype == COLIBRI_DTYPE_F16 ? runtime::KvDtype::F16 : runtime::KvDtype::F32;
+  so.numa = capi::numa_policy(numa, numa_node);
+  return COLIBRI_OK;
+}
+
 int32_t require_idle(const SessionHandle *session) {
   if (session->stream)
     return fail(COLIBRI_ERROR_BAD_STATE, "the session has an open stream; close it (colibri_stream_close) before "
@@ -149,49 +201,11 @@ COLIBRI_API int32_t colibri_session_create(colibri_model *model, const colibri_s
     COLIBRI_REQUIRE_ARG(session_out, "session_out must not be NULL");
     *session_out = nullptr;
     COLIBRI_REQUIRE_HANDLE(model, "model");
-    colibri_session_options o = default_session_options();
-    if (int32_t s = capi::read_options(options, &o, kSessionOptionsAbi1, "colibri_session_options")) return s;
-    COLIBRI_REQUIRE_ARG(o.pin_threads <= COLIBRI_PIN_ON, "colibri_session_options.pin_threads " +
-                                                             std::to_string(o.pin_threads) + " is not a COLIBRI_PIN_* value (0..2)");
-    COLIBRI_REQUIRE_ARG(o.non_finite_policy <= COLIBRI_NON_FINITE_ZERO,
-                        "colibri_session_options.non_finite_policy " + std::to_string(o.non_finite_policy) +
-                            " is not a COLIBRI_NON_FINITE_* value (0..2)");
-    COLIBRI_REQUIRE_ARG(o.force_scalar <= 1, "colibri_session_options.force_scalar must be 0 or 1");
-    COLIBRI_REQUIRE_ARG(o.reserved0 == 0, "colibri_session_options.reserved0 must be 0");
-    COLIBRI_REQUIRE_ARG(o.max_isa <= COLIBRI_ISA_AVX512, "colibri_session_options.max_isa " + std::to_string(o.max_isa) +
-                                                             " is not a COLIBRI_ISA_* value (0..3)");
-    COLIBRI_REQUIRE_ARG(o.numa_policy <= COLIBRI_NUMA_INTERLEAVE, "colibri_session_options.numa_policy " +
-                                                                      std::to_string(o.numa_policy) +
-                                                                      " is not a COLIBRI_NUMA_* value (0..3)");
-    if (o.kv_dtype != COLIBRI_DTYPE_F32 && o.kv_dtype != COLIBRI_DTYPE_F16)
-      return capi::fail(o.kv_dtype <= COLIBRI_DTYPE_Q8 ? COLIBRI_ERROR_UNSUPPORTED : COLIBRI_ERROR_INVALID_ARGUMENT,
-                        std::string("colibri_session_options.kv_dtype ") + colibri_dtype_name(o.kv_dtype) + " (" +
-                            std::to_string(o.kv_dtype) + "): KV caches are COLIBRI_DTYPE_F32 or COLIBRI_DTYPE_F16");
-    const colibri_model_options &mo = capi::impl(model)->state->options;
-    uint32_t pin = o.pin_threads != COLIBRI_PIN_DEFAULT ? o.pin_threads
-                   : mo.pin_threads != COLIBRI_PIN_DEFAULT ? mo.pin_threads
-                                                            : COLIBRI_PIN_OFF;
-    uint32_t non_finite = o.non_finite_policy != COLIBRI_NON_FINITE_DEFAULT ? o.non_finite_policy
-                          : mo.non_finite_policy != COLIBRI_NON_FINITE_DEFAULT ? mo.non_finite_policy
-                                                                               : COLIBRI_NON_FINITE_ERROR;
-    uint32_t numa = o.numa_policy, numa_node = o.numa_node;
-    if (numa == COLIBRI_NUMA_DEFAULT) {
-      numa = mo.numa_policy == COLIBRI_NUMA_DEFAULT ? COLIBRI_NUMA_OFF : mo.numa_policy;
-      numa_node = mo.numa_node;
-    }
-    runtime::SessionOptions so;
-    so.context_length = o.context_length;
-    so.max_sequences = o.max_sequences;
-    so.max_batch_tokens = o.max_batch_tokens;
-    so.max_logit_rows = o.max_logit_rows;
-    so.threads = o.threads ? o.threads : mo.threads;
-    so.pin_threads = pin == COLIBRI_PIN_ON;
-    so.force_scalar = o.force_scalar != 0 || o.max_isa == COLIBRI_ISA_SCALAR;
-    if (o.max_isa == COLIBRI_ISA_AVX2) so.max_isa = kernels::Isa::Avx2;
-    if (o.max_isa == COLIBRI_ISA_AVX512) so.max_isa = kernels::Isa::Avx512;
-    so.non_finite = non_finite == COLIBRI_NON_FINITE_ZERO ? runtime::NonFinitePolicy::Zero : runtime::NonFinitePolicy::Error;
-    so.kv_dtype = o.kv_dtype == COLIBRI_DTYPE_F16 ? runtime::KvDtype::F16 : runtime::KvDtype::F32;
-    so.numa = capi::numa_policy(numa, numa_node);
+    capi::SessionSettings settings;
+    if (int32_t st = capi::session_settings_from_c(capi::impl(model)->state->options, options, &settings)) return st;
+    const colibri_session_options &o = settings.options;
+    const uint32_t pin = settings.pin, non_finite = settings.non_finite, numa = settings.numa, numa_node = settings.numa_node;
+    const runtime::SessionOptions &so = settings.runtime;
 
     auto handle = std::make_unique<capi::SessionHandle>();
     handle->model = capi::impl(model)->state;

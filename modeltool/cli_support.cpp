@@ -24,6 +24,7 @@ int exit_code_for(const Error &error) {
     case ErrorKind::NonFinite: return kExitCorrupt;
     case ErrorKind::Cancelled: return kExitInterrupted;
     case ErrorKind::OutOfMemory: return kExitIo;  // the OS ran out of something: not a bug
+    case ErrorKind::Busy:
     case ErrorKind::Internal: return kExitInternal;
   }
   return kExitInternal;

@@ -65,6 +65,7 @@ type Status int32
 const (
 	StatusOK              Status = C.COLIBRI_OK
 	StatusDone            Status = C.COLIBRI_DONE
+	StatusPending         Status = C.COLIBRI_PENDING
 	StatusInvalidArgument Status = C.COLIBRI_ERROR_INVALID_ARGUMENT
 	StatusIO              Status = C.COLIBRI_ERROR_IO
 	StatusNotAnImage      Status = C.COLIBRI_ERROR_NOT_AN_IMAGE
@@ -77,6 +78,7 @@ const (
 	StatusBadState        Status = C.COLIBRI_ERROR_BAD_STATE
 	StatusCallback        Status = C.COLIBRI_ERROR_CALLBACK
 	StatusInternal        Status = C.COLIBRI_ERROR_INTERNAL
+	StatusBusy            Status = C.COLIBRI_ERROR_BUSY
 )
 
 var statusNames = map[Status]string{
@@ -84,7 +86,7 @@ var statusNames = map[Status]string{
 	StatusNotAnImage: "not a colibri image", StatusCorrupt: "corrupt image", StatusUnsupported: "unsupported",
 	StatusNonFinite: "non-finite value", StatusOutOfMemory: "out of memory",
 	StatusBufferTooSmall: "buffer too small", StatusContextFull: "context full", StatusBadState: "bad state",
-	StatusCallback: "callback failed", StatusInternal: "internal error",
+	StatusCallback: "callback failed", StatusInternal: "internal error", StatusPending: "pending", StatusBusy: "busy",
 }
 
 // String names the status (as colibri_status_string does; "status N" for a code this binding

@@ -63,6 +63,8 @@ const (
 	FinishEOS       FinishReason = C.COLIBRI_FINISH_EOS
 	FinishStop      FinishReason = C.COLIBRI_FINISH_STOP
 	FinishCancelled FinishReason = C.COLIBRI_FINISH_CANCELLED
+	FinishDeadline  FinishReason = C.COLIBRI_FINISH_DEADLINE // an engine request's Timeout passed
+	FinishError     FinishReason = C.COLIBRI_FINISH_ERROR    // an engine request failed
 )
 
 func (f FinishReason) String() string {
@@ -77,6 +79,10 @@ func (f FinishReason) String() string {
 		return "stop"
 	case FinishCancelled:
 		return "cancelled"
+	case FinishDeadline:
+		return "deadline"
+	case FinishError:
+		return "error"
 	}
 	return "unknown"
 }

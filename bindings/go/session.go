@@ -51,17 +51,17 @@ type Session struct {
 	handle *C.colibri_session
 }
 
-// NewSession creates a session on the model (colibri_session_create).
-func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
+// sessionOptionsFrom is the C view of opts: the library's defaults, then the non-zero fields.
+func sessionOptionsFrom(m *Model, op string, opts SessionOptions) (C.colibri_session_options, error) {
 	var options C.colibri_session_options
 	var message *C.char
-	if err := errorFrom("new session", C.cgo_session_options_init(m.lib.api, &options, &message), message); err != nil {
-		return nil, err
+	if err := errorFrom(op, C.cgo_session_options_init(m.lib.api, &options, &message), message); err != nil {
+		return options, err
 	}
 	var bad error
 	setIf := func(dst *C.uint32_t, what string, v int) {
 		if v != 0 && bad == nil {
-			*dst, bad = u32("new session", what, v)
+			*dst, bad = u32(op, what, v)
 		}
 	}
 	setIf(&options.context_length, "ContextLength", opts.ContextLength)
@@ -81,9 +81,16 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 	setIf(&options.numa_policy, "NUMAPolicy", int(opts.NUMAPolicy))
 	setIf(&options.numa_node, "NUMANode", opts.NUMANode)
 	setIf(&options.max_isa, "MaxISA", int(opts.MaxISA))
-	if bad != nil {
-		return nil, bad
+	return options, bad
+}
+
+// NewSession creates a session on the model (colibri_session_create).
+func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
+	options, err := sessionOptionsFrom(m, "new session", opts)
+	if err != nil {
+		return nil, err
 	}
+	var message *C.char
 
 	// The read lock: sessions are created concurrently; Close (write lock) waits.
 	m.mu.RLock()

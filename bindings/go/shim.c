@@ -18,7 +18,9 @@
   X(session_sequence_length) X(session_prefill) X(session_decode) X(session_batch) X(session_copy_logits) \
   X(session_logits) X(sampler_options_init) X(generate_options_init) X(generate) X(stream_open) \
   X(stream_next) X(stream_get_result) X(stream_tokens) X(stream_close) X(session_moe_layer) \
-  X(session_get_stats) X(session_reset_stats)
+  X(session_get_stats) X(session_reset_stats) X(engine_options_init) X(engine_create) X(engine_free) \
+  X(engine_get_stats) X(request_options_init) X(request_submit) X(request_next) X(request_cancel) \
+  X(request_get_result) X(request_tokens) X(request_free)
 
 struct colibri_go_api {
 #define COLIBRI_GO_FIELD(name) __typeof__(colibri_##name) *name;
@@ -308,3 +310,54 @@ int32_t cgo_stream_tokens(const colibri_go_api *a, const colibri_stream *st, int
   return check(a, a->stream_tokens(st, tokens, capacity, count), err);
 }
 void cgo_stream_close(const colibri_go_api *a, colibri_stream *st) { a->stream_close(st); }
+
+int32_t cgo_engine_options_init(const colibri_go_api *a, colibri_engine_options *o, char **err) {
+  return check(a, a->engine_options_init(o, sizeof *o), err);
+}
+int32_t cgo_engine_create(const colibri_go_api *a, colibri_model *m, const colibri_engine_options *eo,
+                          const colibri_session_options *so, colibri_engine **out, char **err) {
+  colibri_engine_options options = *eo;
+  options.session = so;
+  return check(a, a->engine_create(m, &options, out), err);
+}
+void cgo_engine_free(const colibri_go_api *a, colibri_engine *e) { a->engine_free(e); }
+int32_t cgo_engine_get_stats(const colibri_go_api *a, const colibri_engine *e, colibri_engine_stats *stats,
+                             char **err) {
+  stats->struct_size = sizeof *stats;
+  return check(a, a->engine_get_stats(e, stats), err);
+}
+int32_t cgo_request_submit(const colibri_go_api *a, colibri_engine *e, const int32_t *prompt, size_t prompt_count,
+                           const cgo_request_args *r, const int32_t *eos, size_t eos_count, char **stops,
+                           size_t stop_count, colibri_request **out, char **err) {
+  colibri_request_options options;
+  int32_t status = a->request_options_init(&options, sizeof options);
+  if (status < 0) return check(a, status, err);
+  if (r->max_tokens) options.max_tokens = r->max_tokens;
+  options.ignore_eos = r->ignore_eos;
+  if (r->has_sampler) options.sampler = &r->sampler;
+  if (r->has_eos) {
+    options.eos_tokens = eos;
+    options.eos_token_count = eos_count;
+  }
+  options.stop_strings = (const char *const *)stops;
+  options.stop_string_count = stop_count;
+  options.timeout_ns = r->timeout_ns;
+  return check(a, a->request_submit(e, prompt, prompt_count, &options, out), err);
+}
+int32_t cgo_request_next(const colibri_go_api *a, colibri_request *r, int64_t timeout_ns, const char **piece,
+                         size_t *size, char **err) {
+  return check(a, a->request_next(r, timeout_ns, piece, size), err);
+}
+int32_t cgo_request_cancel(const colibri_go_api *a, colibri_request *r, char **err) {
+  return check(a, a->request_cancel(r), err);
+}
+int32_t cgo_request_get_result(const colibri_go_api *a, const colibri_request *r, colibri_request_result *result,
+                               char **err) {
+  result->struct_size = sizeof *result;
+  return check(a, a->request_get_result(r, result), err);
+}
+int32_t cgo_request_tokens(const colibri_go_api *a, const colibri_request *r, int32_t *tokens, size_t capacity,
+                           size_t *count, char **err) {
+  return check(a, a->request_tokens(r, tokens, capacity, count), err);
+}
+void cgo_request_free(const colibri_go_api *a, colibri_request *r) { a->request_free(r); }

@@ -112,4 +112,33 @@ int32_t cgo_stream_tokens(const colibri_go_api *a, const colibri_stream *st, int
                           size_t *count, char **err);
 void cgo_stream_close(const colibri_go_api *a, colibri_stream *st);
 
+/* The serving engine. eo->session is ignored: so (NULL: defaults) is used instead, so that Go
+ * memory holding eo has no pointer in it. */
+int32_t cgo_engine_options_init(const colibri_go_api *a, colibri_engine_options *o, char **err);
+int32_t cgo_engine_create(const colibri_go_api *a, colibri_model *m, const colibri_engine_options *eo,
+                          const colibri_session_options *so, colibri_engine **out, char **err);
+void cgo_engine_free(const colibri_go_api *a, colibri_engine *e);
+int32_t cgo_engine_get_stats(const colibri_go_api *a, const colibri_engine *e, colibri_engine_stats *stats,
+                             char **err);
+/* Request options without pointers; the arrays travel as arguments (as cgo_generate_args). */
+typedef struct cgo_request_args {
+  uint32_t max_tokens;
+  uint32_t ignore_eos;
+  uint32_t has_sampler; /* 0: the library's sampler defaults */
+  uint32_t has_eos;     /* 0: the model's EOS ids */
+  uint64_t timeout_ns;
+  colibri_sampler_options sampler;
+} cgo_request_args;
+int32_t cgo_request_submit(const colibri_go_api *a, colibri_engine *e, const int32_t *prompt, size_t prompt_count,
+                           const cgo_request_args *r, const int32_t *eos, size_t eos_count, char **stops,
+                           size_t stop_count, colibri_request **out, char **err);
+int32_t cgo_request_next(const colibri_go_api *a, colibri_request *r, int64_t timeout_ns, const char **piece,
+                         size_t *size, char **err);
+int32_t cgo_request_cancel(const colibri_go_api *a, colibri_request *r, char **err);
+int32_t cgo_request_get_result(const colibri_go_api *a, const colibri_request *r, colibri_request_result *result,
+                               char **err);
+int32_t cgo_request_tokens(const colibri_go_api *a, const colibri_request *r, int32_t *tokens, size_t capacity,
+                           size_t *count, char **err);
+void cgo_request_free(const colibri_go_api *a, colibri_request *r);
+
 #endif /* COLIBRI_GO_SHIM_H */

@@ -64,6 +64,8 @@ Error Session::attention(uint32_t layer, const BatchEntry *entries, size_t count
   const float eps = static_cast<float>(c.rms_norm_eps);
   const size_t context = options_.context_length;
   const bool f16_cache = options_.kv_dtype == KvDtype::F16;
+  KvCache &kv = *kv_;
+  const size_t B = kv.block_tokens(), value_off = kv.value_offset();
 
   // Normalise the residual stream, then project to q, k, v for the whole batch.
   pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->rmsnorm(&b.xn[t * H], &b.x[t * H], w.attn_norm.data, eps, H); });
@@ -92,46 +94,56 @@ Error Session::attention(uint32_t layer, const BatchEntry *entries, size_t count
     const float *cos_v = &b.rope_trig[t * D], *sin_v = cos_v + D / 2;
     for (size_t h = 0; h < heads; ++h) apply_rope(q + h * D, D / 2, cos_v, sin_v);
     for (size_t h = 0; h < c.kv_head_count; ++h) apply_rope(k + h * D, D / 2, cos_v, sin_v);
-    size_t key_at = b.kv_offset(entries[t].sequence, layer) + entries[t].position * KV;
-    size_t value_at = key_at + context * KV;
+    // Position p of a sequence lives in row p % B of its block table's entry p / B.
+    const uint32_t position = entries[t].position;
+    const size_t key_at = kv.offset(kv.blocks(entries[t].sequence)[position / B], layer) + (position % B) * KV;
+    const size_t value_at = key_at + value_off;
     if (f16_cache) {
-      kernels_->f32_to_f16(k, &b.kv_cache_f16[key_at], KV);
-      kernels_->f32_to_f16(v, &b.kv_cache_f16[value_at], KV);
+      kernels_->f32_to_f16(k, kv.f16() + key_at, KV);
+      kernels_->f32_to_f16(v, kv.f16() + value_at, KV);
     } else {
-      std::memcpy(&b.kv_cache[key_at], k, KV * sizeof(float));
-      std::memcpy(&b.kv_cache[value_at], v, KV * sizeof(float));
+      std::memcpy(kv.f32() + key_at, k, KV * sizeof(float));
+      std::memcpy(kv.f32() + value_at, v, KV * sizeof(float));
     }
   });
 
   // Scaled dot-product attention per (token, KV head) over positions 0..position (causal):
-  // the `group` query heads that share a KV head go through one call, which reads each cached
-  // key and value row once for all of them.
+  // the `group` query heads that share a KV head go through one call per cache block, which
+  // reads each cached key and value row once for all of them. Scores land in one row of n;
+  // values accumulate block after block from zero: the bits of one call over contiguous rows
+  // (a score depends on its query and key row only; the value sums run in ascending position).
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   pool_->parallel_for(count * c.kv_head_count, [&](size_t task, size_t thread) {
     const size_t t = task / c.kv_head_count, kvh = task % c.kv_head_count, h0 = kvh * group;
     const BatchEntry &e = entries[t];
     const float *q = &b.q[t * Q + h0 * D];
-    const size_t key_at = b.kv_offset(e.sequence, layer) + kvh * D, value_at = key_at + context * KV;
+    const uint32_t *table = kv.blocks(e.sequence);
     float *scores = &b.scores[thread * group * context];
-    const size_t n = e.position + 1;
+    const size_t n = e.position + 1, blocks = (n + B - 1) / B;
     float *out = &b.attn[t * Q + h0 * D];
+    std::fill(out, out + group * D, 0.0f);
     if (f16_cache) {
       // Each cached row is widened once for all the heads of the group.
       float *row = &b.kv_row[thread * 2 * D];
       for (size_t p = 0; p < n; ++p) {
-        kernels_->f16_to_f32(&b.kv_cache_f16[key_at + p * KV], row, D);
+        kernels_->f16_to_f32(kv.f16() + kv.offset(table[p / B], layer) + (p % B) * KV + kvh * D, row, D);
         for (size_t h = 0; h < group; ++h) scores[h * context + p] = kernels_->dot_f32(q + h * D, row, D) * scale;
       }
       kernels_->attention_softmax(scores, context, group, n);
-      std::fill(out, out + group * D, 0.0f);
       for (size_t p = 0; p < n; ++p) {
-        kernels_->f16_to_f32(&b.kv_cache_f16[value_at + p * KV], row, D);
+        kernels_->f16_to_f32(kv.f16() + kv.offset(table[p / B], layer) + value_off + (p % B) * KV + kvh * D, row, D);
         for (size_t h = 0; h < group; ++h) kernels_->scale_add(out + h * D, scores[h * context + p], row, D);
       }
     } else {
-      kernels_->attention_scores(q, D, group, &b.kv_cache[key_at], KV, n, D, scale, scores, context);
+      for (size_t j = 0; j < blocks; ++j) {
+        const float *keys = kv.f32() + kv.offset(table[j], layer) + kvh * D;
+        kernels_->attention_scores(q, D, group, keys, KV, std::min(B, n - j * B), D, scale, scores + j * B, context);
+      }
       kernels_->attention_softmax(scores, context, group, n);
-      kernels_->attention_values(scores, context, group, &b.kv_cache[value_at], KV, n, D, out, D);
+      for (size_t j = 0; j < blocks; ++j) {
+        const float *values = kv.f32() + kv.offset(table[j], layer) + value_off + kvh * D;
+        kernels_->attention_values_accumulate(scores + j * B, context, group, values, KV, std::min(B, n - j * B), D, out, D);
+      }
     }
   });
 

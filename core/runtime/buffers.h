@@ -32,8 +32,6 @@ struct Session::Buffers {
   std::vector<float> attn;     // [N, q_dim] attention output before o_proj
   std::vector<float> ffn_out;  // [N, hidden]
   std::vector<float> scores;   // [P, heads per KV head, context] attention scores per thread
-  std::vector<float> kv_cache;         // [sequences, layers, 2, context, kv_dim] (KvDtype::F32)
-  std::vector<uint16_t> kv_cache_f16;  // same layout, f16 (KvDtype::F16)
   std::vector<float> kv_row;           // [P, 2, head_dim] a cache row converted to f32 (F16 only)
   std::vector<float> rope_inv_freq;    // [head_dim / 2] θ^(−2i/d), fixed for the model
   std::vector<float> rope_trig;        // [N, head_dim] cos | sin of each entry's position
@@ -56,8 +54,6 @@ struct Session::Buffers {
   std::vector<uint32_t> logit_sources;    // [N] entry index of each logits row
   std::vector<uint32_t> scratch_lengths;  // [sequences]
   std::vector<uint32_t> scratch_last_position;  // [sequences]
-  size_t kv_layer_stride = 0;             // floats per (sequence, layer): 2 · context · kv_dim
-  size_t kv_sequence_stride = 0;
 
   Buffers(const model::Model &m, const SessionOptions &o, size_t threads) {
     const model::ModelConfig &c = m.config();
@@ -77,14 +73,7 @@ struct Session::Buffers {
     for (size_t i = 0; i < rope_inv_freq.size(); ++i)
       rope_inv_freq[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
     rope_trig.assign(N * c.head_dim, 0.0f);
-    kv_layer_stride = 2ull * o.context_length * m.kv_dim();
-    kv_sequence_stride = kv_layer_stride * c.layer_count;
-    if (o.kv_dtype == KvDtype::F16) {
-      kv_cache_f16.assign(kv_sequence_stride * o.max_sequences, 0);
-      kv_row.assign(threads * 2 * c.head_dim, 0.0f);
-    } else {
-      kv_cache.assign(kv_sequence_stride * o.max_sequences, 0.0f);
-    }
+    if (o.kv_dtype == KvDtype::F16) kv_row.assign(threads * 2 * c.head_dim, 0.0f);
     router_logits.assign(N * E, 0.0f);
     topk_expert.assign(N * K, 0);
     topk_weight.assign(N * K, 0.0f);
@@ -109,12 +98,6 @@ struct Session::Buffers {
     logit_sources.assign(N, 0);
     scratch_lengths.assign(o.max_sequences, 0);
     scratch_last_position.assign(o.max_sequences, 0);
-  }
-
-  // Element offset of the key block of (sequence, layer); the value block follows it after
-  // context · kv_dim elements.
-  size_t kv_offset(uint32_t sequence, uint32_t layer) const {
-    return sequence * kv_sequence_stride + layer * kv_layer_stride;
   }
 };
 

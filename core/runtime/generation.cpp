@@ -17,6 +17,8 @@ const char *finish_reason_name(FinishReason reason) {
     case FinishReason::EndOfSequence: return "eos";
     case FinishReason::StopString: return "stop";
     case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::Deadline: return "deadline";
+    case FinishReason::Error: return "error";
   }
   return "none";
 }
@@ -73,21 +75,25 @@ Error Generation::step(int32_t *token) {
   return {};
 }
 
-// Text may be released up to the point where a stop string could still begin.
-void Generation::release_text(bool final, std::string *piece) {
-  size_t safe = pending_.size();
-  if (!final) {
-    for (const std::string &stop : options_.stop_strings) {
-      // Longest suffix of pending_ that is a proper prefix of `stop`.
-      size_t max_len = std::min(stop.size() - 1, pending_.size());
-      for (size_t len = max_len; len > 0; --len) {
-        if (pending_.compare(pending_.size() - len, len, stop, 0, len) == 0) {
-          safe = std::min(safe, pending_.size() - len);
-          break;
-        }
+size_t releasable_length(const std::string &pending, const std::vector<std::string> &stop_strings) {
+  size_t safe = pending.size();
+  for (const std::string &stop : stop_strings) {
+    if (stop.empty()) continue;
+    // Longest suffix of pending that is a proper prefix of `stop`.
+    size_t max_len = std::min(stop.size() - 1, pending.size());
+    for (size_t len = max_len; len > 0; --len) {
+      if (pending.compare(pending.size() - len, len, stop, 0, len) == 0) {
+        safe = std::min(safe, pending.size() - len);
+        break;
       }
     }
   }
+  return safe;
+}
+
+// Text may be released up to the point where a stop string could still begin.
+void Generation::release_text(bool final, std::string *piece) {
+  const size_t safe = final ? pending_.size() : releasable_length(pending_, options_.stop_strings);
   piece->append(pending_, 0, safe);
   pending_.erase(0, safe);
 }

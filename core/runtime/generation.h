@@ -20,8 +20,22 @@
 
 namespace colibri::runtime {
 
-enum class FinishReason : uint32_t { None = 0, Length = 1, EndOfSequence = 2, StopString = 3, Cancelled = 4 };
-const char *finish_reason_name(FinishReason reason);  // "length", "eos", "stop", "cancelled"
+// Deadline: the serving engine's per-request deadline passed (serving/engine.h); Error: the
+// request failed (its error says why).
+enum class FinishReason : uint32_t {
+  None = 0,
+  Length = 1,
+  EndOfSequence = 2,
+  StopString = 3,
+  Cancelled = 4,
+  Deadline = 5,
+  Error = 6,
+};
+const char *finish_reason_name(FinishReason reason);  // "length", "eos", "stop", "cancelled", "deadline", "error"
+
+// How much of `pending` (decoded text not yet released) can be released: all of it but the
+// longest suffix that could still grow into one of the stop strings.
+size_t releasable_length(const std::string &pending, const std::vector<std::string> &stop_strings);
 
 struct GenerateOptions {
   uint32_t max_tokens = 256;

@@ -40,8 +40,28 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
     return invalid(strprintf("context_length %u is out of range (1..16777216)", options.context_length));
   if (options.max_logit_rows > options.max_batch_tokens) options.max_logit_rows = options.max_batch_tokens;
   if (options.threads > 1024) return invalid(strprintf("threads %zu is out of range (0..1024)", options.threads));
-  double kv_bytes = 2.0 * (options.kv_dtype == KvDtype::F16 ? 2.0 : 4.0) * static_cast<double>(options.max_sequences) * static_cast<double>(c.layer_count) *
-                    static_cast<double>(options.context_length) * static_cast<double>(model.kv_dim());
+  if (options.kv_block_tokens > kMaxKvBlockTokens)
+    return invalid(strprintf("kv_block_tokens %u is out of range (0 = contiguous, 1..%u)", options.kv_block_tokens,
+                             kMaxKvBlockTokens));
+  // Paged: blocks of the pool (default: every sequence's whole context); contiguous: one
+  // context-long block per sequence.
+  const uint64_t blocks_per_sequence =
+      options.kv_block_tokens ? (options.context_length + options.kv_block_tokens - 1) / options.kv_block_tokens : 1;
+  if (options.kv_block_tokens && options.kv_blocks == 0) {
+    const uint64_t all = blocks_per_sequence * options.max_sequences;
+    if (all > kMaxKvBlocks)
+      return invalid(strprintf("the paged KV cache would need %llu blocks for every sequence's whole context (at most "
+                               "%u); set kv_blocks",
+                               static_cast<unsigned long long>(all), kMaxKvBlocks));
+    options.kv_blocks = static_cast<uint32_t>(all);
+  }
+  if (options.kv_blocks > kMaxKvBlocks)
+    return invalid(strprintf("kv_blocks %u is out of range (at most %u)", options.kv_blocks, kMaxKvBlocks));
+  const double cache_positions = options.kv_block_tokens
+                                     ? static_cast<double>(options.kv_blocks) * options.kv_block_tokens
+                                     : static_cast<double>(options.max_sequences) * options.context_length;
+  double kv_bytes = 2.0 * (options.kv_dtype == KvDtype::F16 ? 2.0 : 4.0) * cache_positions * static_cast<double>(c.layer_count) *
+                    static_cast<double>(model.kv_dim());
   // Two bounds, one check: a fixed 256 GiB, and the machine's memory (the cache is zero-filled at
   // creation, so a cache beyond it would not fail cleanly: it would swap or draw the OOM killer).
   const double kGiB = 1ull << 30, fixed_bound = 256.0 * kGiB;
@@ -80,6 +100,15 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
   s->thread_report_ = threads.description;
   try {
     s->buffers_ = std::make_unique<Buffers>(model, options, s->pool_->thread_count());
+    KvCacheShape shape;
+    shape.layers = static_cast<uint32_t>(c.layer_count);
+    shape.kv_dim = static_cast<uint32_t>(model.kv_dim());
+    shape.context_length = options.context_length;
+    shape.sequences = options.max_sequences;
+    shape.block_tokens = options.kv_block_tokens;
+    shape.block_count = options.kv_blocks;
+    shape.f16 = options.kv_dtype == KvDtype::F16;
+    s->kv_ = std::make_unique<KvCache>(shape);
     s->logits_.assign(static_cast<size_t>(options.max_logit_rows) * c.vocab_size, 0.0f);
   } catch (const std::bad_alloc &) {
     *error = make_error(ErrorKind::OutOfMemory,
@@ -93,10 +122,21 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
 }
 
 void Session::reset_sequence(uint32_t sequence) {
-  if (sequence < sequence_lengths_.size()) sequence_lengths_[sequence] = 0;
+  if (sequence >= sequence_lengths_.size()) return;
+  sequence_lengths_[sequence] = 0;
+  kv_->release(sequence);
 }
 
-void Session::reset_all() { std::fill(sequence_lengths_.begin(), sequence_lengths_.end(), 0u); }
+void Session::reset_all() {
+  for (uint32_t s = 0; s < sequence_lengths_.size(); ++s) reset_sequence(s);
+}
+
+uint32_t Session::attach_prefix(uint32_t sequence, const int32_t *tokens, size_t count) {
+  if (sequence >= sequence_lengths_.size() || sequence_lengths_[sequence] != 0) return 0;
+  const uint32_t covered = kv_->attach_prefix(sequence, tokens, count);
+  sequence_lengths_[sequence] = covered;
+  return covered;
+}
 
 Error Session::check_batch(const BatchEntry *entries, size_t count) const {
   const model::ModelConfig &c = model_.config();
@@ -131,6 +171,11 @@ Error Session::check_batch(const BatchEntry *entries, size_t count) const {
                         strprintf("entry %zu: position %u is beyond the context length %u; the sequence is full "
                                   "(create the session with a larger context_length)",
                                   i, e.position, options_.context_length));
+    if (e.position >= kv_->capacity(e.sequence))
+      return make_error(ErrorKind::InvalidArgument,
+                        strprintf("entry %zu: position %u of sequence %u has no KV block (its blocks hold %u "
+                                  "positions); reserve blocks first",
+                                  i, e.position, e.sequence, kv_->capacity(e.sequence)));
     if (last[e.sequence] != kNoPosition && e.position != last[e.sequence] + 1)
       return make_error(ErrorKind::InvalidArgument,
                         strprintf("entry %zu: position %u of sequence %u does not follow its previous entry in the "

@@ -15,6 +15,7 @@
 
 #include "kernels/cpu/kernels.h"
 #include "model/model.h"
+#include "runtime/kv_cache.h"
 #include "runtime/stats.h"
 #include "util/error.h"
 #include "util/numa.h"
@@ -39,6 +40,11 @@ struct SessionOptions {
   kernels::Isa max_isa = kernels::Isa::Avx512;
   NonFinitePolicy non_finite = NonFinitePolicy::Error;
   KvDtype kv_dtype = KvDtype::F32;   // F16 halves the cache; keys/values are rounded on write
+  // The KV cache layout (kv_cache.h). 0: contiguous, one block of context_length positions per
+  // sequence. Otherwise paged: blocks of kv_block_tokens positions from a pool of kv_blocks
+  // (0 = enough for every sequence's whole context), taken with reserve() or attach_prefix().
+  uint32_t kv_block_tokens = 0;
+  uint32_t kv_blocks = 0;
   util::NumaPolicy numa;             // bind:N runs the pool's threads on node N's CPUs
   // The machine's NUMA facts (tests pass a simulated one); null = util::system_numa().
   const util::NumaSystem *numa_system = nullptr;
@@ -83,10 +89,25 @@ class Session {
   size_t logit_rows() const { return logit_rows_; }
   const float *logits(size_t row) const { return logits_.data() + row * model_.config().vocab_size; }
 
-  // Forgets a sequence (or all), so its slot starts again at position 0.
+  // Forgets a sequence (or all), so its slot starts again at position 0 (paged: its blocks go
+  // back to the pool; full blocks stay in the prefix cache).
   void reset_sequence(uint32_t sequence);
   void reset_all();
   uint32_t sequence_length(uint32_t sequence) const { return sequence_lengths_[sequence]; }
+
+  // Paged KV cache: blocks for positions [0, tokens) of a sequence, taken from the pool before
+  // a forward() that writes them (forward refuses a position no block covers). OutOfMemory
+  // when the pool is exhausted. Contiguous: only checks the context length.
+  Error reserve(uint32_t sequence, uint32_t tokens) { return kv_->reserve(sequence, tokens); }
+  // Paged: an empty sequence takes over the cached blocks of the longest whole-block prefix
+  // of tokens[0, count) (at least one token is left to compute); its length becomes the
+  // positions covered, which are returned. The KV is bitwise what computing them writes.
+  uint32_t attach_prefix(uint32_t sequence, const int32_t *tokens, size_t count);
+  // Paged: offers the sequence's full blocks of tokens[0, count) (computed already) to the
+  // prefix cache.
+  void commit_prefix(uint32_t sequence, const int32_t *tokens, size_t count) { kv_->commit(sequence, tokens, count); }
+  const KvCache &kv_cache() const { return *kv_; }
+  KvCache &kv_cache() { return *kv_; }
 
   // Runs layer `layer`'s MoE block (router → top-k → experts → weighted merge, no residual)
   // on caller hidden states [count, hidden] into out [count, hidden]. With routes non-null
@@ -156,6 +177,9 @@ class Session {
   void matmuls(const MatmulJob *jobs, size_t job_count, const float *x, size_t count);
   Error lm_head(const BatchEntry *entries, size_t rows);
 
+  static constexpr uint32_t kMaxKvBlockTokens = 4096;
+  static constexpr uint32_t kMaxKvBlocks = 1u << 24;
+
   const model::Model &model_;
   SessionOptions options_;
   const kernels::KernelTable *kernels_;
@@ -164,6 +188,7 @@ class Session {
   bool bound_ = false;     // bind:N: bound_cpus_ are node N's CPUs the process may use
   cpu_set_t bound_cpus_{};
   std::unique_ptr<Buffers> buffers_;
+  std::unique_ptr<KvCache> kv_;
   std::vector<float> logits_;
   size_t logit_rows_ = 0;
   std::vector<uint32_t> sequence_lengths_;

@@ -21,6 +21,7 @@ const char *error_kind_name(ErrorKind kind) {
     case ErrorKind::OutOfMemory: return "out of memory or threads";
     case ErrorKind::Internal: return "internal error";
     case ErrorKind::Cancelled: return "interrupted";
+    case ErrorKind::Busy: return "busy";
   }
   return "unknown error";
 }

@@ -22,6 +22,7 @@ enum class ErrorKind {
   OutOfMemory,  // memory, or another resource the OS counts out: a thread it refused to start
   Internal,
   Cancelled,    // the user interrupted a long operation (Ctrl-C in colibri-model); never from the C API
+  Busy,         // a bounded queue is full (the serving engine's admission): try again later
 };
 
 const char *error_kind_name(ErrorKind kind);

@@ -153,6 +153,7 @@ constexpr KernelTable kTable = {
     quantize_row_q8_impl, dot_f32_impl, rmsnorm_impl,        softmax_impl,     silu_mul_impl,
     add_impl,         scale_add_impl,   f16_to_f32_impl,     bf16_to_f32_impl, f32_to_f16_impl,
     f32_to_bf16_impl, attention_scores_impl, attention_softmax_impl, attention_values_impl,
+    attention_values_accumulate_impl,
 };
 
 }  // namespace

@@ -192,14 +192,19 @@ void attention_scores_impl(const float *q, size_t q_stride, size_t heads, const 
 }
 
 // One head, dims [0, d) of `values` (the caller offsets values and out to start elsewhere):
-// chunks of up to 4 vectors held in registers across all n positions.
+// chunks of up to 4 vectors held in registers across all n positions. kAccumulate: the
+// accumulators start from out (a previous block's sum) instead of zero, so that a sequence's
+// positions summed block by block (the paged KV cache) give the bits of one call over all of
+// them (fma(w, v, 0) is w·v rounded once, as the first step from zero).
+template <bool kAccumulate>
 void attention_values_one(const float *probs, const float *values, size_t stride, size_t n, size_t d, float *out) {
   using F = typename Simd::F;
   constexpr size_t kL = Simd::kLanes;
   constexpr size_t kChunk = 4 * kL;
   size_t i = 0;
   for (; i + kChunk <= d; i += kChunk) {
-    F acc[4] = {Simd::zero(), Simd::zero(), Simd::zero(), Simd::zero()};
+    F acc[4];
+    for (int c = 0; c < 4; ++c) acc[c] = kAccumulate ? Simd::load_f32(out + i + c * kL) : Simd::zero();
     for (size_t p = 0; p < n; ++p) {
       const F w = Simd::set1(probs[p]);
       const float *row = values + p * stride + i;
@@ -209,7 +214,7 @@ void attention_values_one(const float *probs, const float *values, size_t stride
   }
   for (; i < d; i += kL) {
     const size_t lanes = min_size(kL, d - i);
-    F acc = Simd::zero();
+    F acc = !kAccumulate ? Simd::zero() : lanes == kL ? Simd::load_f32(out + i) : Simd::load_f32_partial(out + i, lanes);
     for (size_t p = 0; p < n; ++p) {
       const float *row = values + p * stride + i;
       const F v = lanes == kL ? Simd::load_f32(row) : Simd::load_f32_partial(row, lanes);
@@ -222,7 +227,8 @@ void attention_values_one(const float *probs, const float *values, size_t stride
 
 // 4 heads × 2 vectors of dims per register block: each value row chunk is loaded once for
 // 4 heads. Every output element is Σ_p probs[p]·v[p][i] accumulated in ascending p from
-// zero, as in attention_values_one: the same bits.
+// zero (kAccumulate: from out), as in attention_values_one: the same bits.
+template <bool kAccumulate>
 void attention_values_four(const float *probs, size_t probs_stride, const float *values, size_t stride, size_t n,
                            size_t d, float *out, size_t out_stride) {
   using F = typename Simd::F;
@@ -230,7 +236,10 @@ void attention_values_four(const float *probs, size_t probs_stride, const float 
   size_t i = 0;
   for (; i + 2 * kL <= d; i += 2 * kL) {
     F acc[4][2];
-    for (int h = 0; h < 4; ++h) acc[h][0] = acc[h][1] = Simd::zero();
+    for (int h = 0; h < 4; ++h) {
+      acc[h][0] = kAccumulate ? Simd::load_f32(out + h * out_stride + i) : Simd::zero();
+      acc[h][1] = kAccumulate ? Simd::load_f32(out + h * out_stride + i + kL) : Simd::zero();
+    }
     for (size_t p = 0; p < n; ++p) {
       const float *row = values + p * stride + i;
       F v0 = Simd::load_f32(row), v1 = Simd::load_f32(row + kL);
@@ -249,15 +258,28 @@ void attention_values_four(const float *probs, size_t probs_stride, const float 
   }
   if (i < d)
     for (int h = 0; h < 4; ++h)
-      attention_values_one(probs + h * probs_stride, values + i, stride, n, d - i, out + h * out_stride + i);
+      attention_values_one<kAccumulate>(probs + h * probs_stride, values + i, stride, n, d - i, out + h * out_stride + i);
+}
+
+template <bool kAccumulate>
+void attention_values_heads(const float *probs, size_t probs_stride, size_t heads, const float *values, size_t stride,
+                            size_t n, size_t d, float *out, size_t out_stride) {
+  size_t h = 0;
+  for (; h + 4 <= heads; h += 4)
+    attention_values_four<kAccumulate>(probs + h * probs_stride, probs_stride, values, stride, n, d, out + h * out_stride,
+                                       out_stride);
+  for (; h < heads; ++h)
+    attention_values_one<kAccumulate>(probs + h * probs_stride, values, stride, n, d, out + h * out_stride);
 }
 
 void attention_values_impl(const float *probs, size_t probs_stride, size_t heads, const float *values, size_t stride,
                            size_t n, size_t d, float *out, size_t out_stride) {
-  size_t h = 0;
-  for (; h + 4 <= heads; h += 4)
-    attention_values_four(probs + h * probs_stride, probs_stride, values, stride, n, d, out + h * out_stride, out_stride);
-  for (; h < heads; ++h) attention_values_one(probs + h * probs_stride, values, stride, n, d, out + h * out_stride);
+  attention_values_heads<false>(probs, probs_stride, heads, values, stride, n, d, out, out_stride);
+}
+
+void attention_values_accumulate_impl(const float *probs, size_t probs_stride, size_t heads, const float *values,
+                                      size_t stride, size_t n, size_t d, float *out, size_t out_stride) {
+  attention_values_heads<true>(probs, probs_stride, heads, values, stride, n, d, out, out_stride);
 }
 
 void f16_to_f32_impl(const uint16_t *in, float *out, size_t n) {

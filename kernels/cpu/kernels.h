@@ -152,6 +152,11 @@ struct KernelTable {
   void (*attention_softmax)(float *x, size_t stride, size_t heads, size_t n);
   void (*attention_values)(const float *probs, size_t probs_stride, size_t heads, const float *values, size_t stride,
                            size_t n, size_t d, float *out, size_t out_stride);
+  // attention_values continuing from the sums already in out (out[h][i] += Σ_p ..., the same
+  // ascending-p accumulation): a sequence's cache blocks summed one after another from zeroed
+  // out give the bits of one attention_values call over all positions (the paged KV cache).
+  void (*attention_values_accumulate)(const float *probs, size_t probs_stride, size_t heads, const float *values,
+                                      size_t stride, size_t n, size_t d, float *out, size_t out_stride);
 };
 
 // The kernels for `isa`. Asking for a level the CPU lacks gives the best supported level

@@ -286,15 +286,21 @@ void attention_scores(const float *q, size_t q_stride, size_t heads, const float
     for (size_t p = 0; p < n; ++p) scores[h * scores_stride + p] = dot_f32(q + h * q_stride, keys + p * stride, d) * scale;
 }
 
-void attention_values(const float *probs, size_t probs_stride, size_t heads, const float *values, size_t stride,
-                      size_t n, size_t d, float *out, size_t out_stride) {
+void attention_values_accumulate(const float *probs, size_t probs_stride, size_t heads, const float *values,
+                                 size_t stride, size_t n, size_t d, float *out, size_t out_stride) {
   for (size_t h = 0; h < heads; ++h) {
     float *o = out + h * out_stride;
     const float *w = probs + h * probs_stride;
-    for (size_t i = 0; i < d; ++i) o[i] = 0.0f;
     for (size_t p = 0; p < n; ++p)
       for (size_t i = 0; i < d; ++i) o[i] = o[i] + w[p] * values[p * stride + i];
   }
+}
+
+void attention_values(const float *probs, size_t probs_stride, size_t heads, const float *values, size_t stride,
+                      size_t n, size_t d, float *out, size_t out_stride) {
+  for (size_t h = 0; h < heads; ++h)
+    for (size_t i = 0; i < d; ++i) out[h * out_stride + i] = 0.0f;
+  attention_values_accumulate(probs, probs_stride, heads, values, stride, n, d, out, out_stride);
 }
 
 constexpr KernelTable kTable = {
@@ -302,6 +308,7 @@ constexpr KernelTable kTable = {
     quantize_row_q8_impl, dot_f32,   rmsnorm,             softmax,        silu_mul,
     add,           scale_add,        f16_to_f32,          bf16_to_f32,    f32_to_f16,
     f32_to_bf16,   attention_scores, attention_softmax, attention_values,
+    attention_values_accumulate,
 };
 
 }  // namespace

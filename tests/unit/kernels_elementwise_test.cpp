@@ -333,3 +333,42 @@ TEST_CASE("grouped attention calls give the bits of one call per head", "[kernel
     }
   }
 }
+
+TEST_CASE("attention over paged KV blocks gives the bits of the contiguous call", "[kernels][elementwise][paged]") {
+  // The paged KV cache keeps a sequence's rows in blocks of B positions at scattered places:
+  // scores are computed block by block into one row, and values accumulated block by block
+  // (attention_values_accumulate) from a zeroed output. Both must equal one call over the
+  // same rows stored contiguously, bit for bit, for every ISA, block size and remainder.
+  for (const NamedTable &isa : available_tables()) {
+    for (size_t block : {size_t(1), size_t(3), size_t(8), size_t(16)}) {
+      for (size_t heads : {size_t(1), size_t(2), size_t(4), size_t(5)}) {
+        for (size_t d : {size_t(8), size_t(60), size_t(64), size_t(128)}) {
+          for (size_t n : {size_t(1), size_t(7), size_t(16), size_t(17), size_t(50)}) {
+            INFO(isa.name << " block=" << block << " heads=" << heads << " d=" << d << " n=" << n);
+            const size_t stride = d + 8, blocks = (n + block - 1) / block;
+            const std::vector<float> q = random_floats(heads * d, 31), rows = random_floats(n * stride, 32);
+            // The same rows in blocks placed in reverse order, with a gap between blocks.
+            const size_t block_floats = block * stride + 24;
+            std::vector<float> paged(blocks * block_floats, 99.0f);
+            auto block_at = [&](size_t j) { return &paged[(blocks - 1 - j) * block_floats]; };
+            for (size_t p = 0; p < n; ++p)
+              std::memcpy(block_at(p / block) + (p % block) * stride, &rows[p * stride], stride * sizeof(float));
+            std::vector<float> s_flat(heads * n), s_paged(heads * n, -7.0f);
+            isa.table->attention_scores(q.data(), d, heads, rows.data(), stride, n, d, 0.125f, s_flat.data(), n);
+            for (size_t j = 0; j < blocks; ++j)
+              isa.table->attention_scores(q.data(), d, heads, block_at(j), stride, std::min(block, n - j * block), d, 0.125f,
+                                          s_paged.data() + j * block, n);
+            REQUIRE(std::memcmp(s_flat.data(), s_paged.data(), s_flat.size() * sizeof(float)) == 0);
+            isa.table->attention_softmax(s_flat.data(), n, heads, n);
+            std::vector<float> o_flat(heads * d, -7.0f), o_paged(heads * d, 0.0f);
+            isa.table->attention_values(s_flat.data(), n, heads, rows.data(), stride, n, d, o_flat.data(), d);
+            for (size_t j = 0; j < blocks; ++j)
+              isa.table->attention_values_accumulate(s_flat.data() + j * block, n, heads, block_at(j), stride,
+                                                     std::min(block, n - j * block), d, o_paged.data(), d);
+            REQUIRE(std::memcmp(o_flat.data(), o_paged.data(), o_flat.size() * sizeof(float)) == 0);
+          }
+        }
+      }
+    }
+  }
+}

@@ -83,6 +83,10 @@ impl Status {
     pub const BAD_STATE: Status = Status(sys::COLIBRI_ERROR_BAD_STATE);
     pub const CALLBACK: Status = Status(sys::COLIBRI_ERROR_CALLBACK);
     pub const INTERNAL: Status = Status(sys::COLIBRI_ERROR_INTERNAL);
+    /// Not an error: nothing ready yet ([`Request::next_piece`] with a timeout).
+    pub const PENDING: Status = Status(sys::COLIBRI_PENDING as i32);
+    /// The engine's queue is full ([`Engine::submit`]); try again later.
+    pub const BUSY: Status = Status(sys::COLIBRI_ERROR_BUSY);
 
     /// True for the negative codes.
     pub fn is_error(self) -> bool {
@@ -106,6 +110,8 @@ impl Status {
             Status::BAD_STATE => "bad state",
             Status::CALLBACK => "callback failed",
             Status::INTERNAL => "internal error",
+            Status::PENDING => "pending",
+            Status::BUSY => "busy",
             _ => "unknown status",
         }
     }
@@ -887,8 +893,8 @@ impl Model {
         }
     }
 
-    /// Creates a session (`colibri_session_create`).
-    pub fn session(&self, options: &SessionOptions) -> Result<Session> {
+    /// The C view of session options: the library's defaults, then the given fields.
+    fn session_options_raw(&self, options: &SessionOptions) -> Result<sys::colibri_session_options> {
         let f = &self.lib().functions;
         // SAFETY: the options struct is initialised by the library, then plain fields are set.
         unsafe {
@@ -915,6 +921,16 @@ impl Model {
                 (o.numa_policy, o.numa_node) = n.raw();
             }
             set(&mut o.max_isa, options.max_isa.map(Isa::raw));
+            Ok(o)
+        }
+    }
+
+    /// Creates a session (`colibri_session_create`).
+    pub fn session(&self, options: &SessionOptions) -> Result<Session> {
+        let f = &self.lib().functions;
+        let o = self.session_options_raw(options)?;
+        // SAFETY: o is a complete options struct; raw is checked below.
+        unsafe {
             let mut raw = ptr::null_mut();
             self.lib().check((f.session_create)(self.raw(), &o, &mut raw))?;
             let raw = NonNull::new(raw).ok_or_else(|| Error::new(Status::INTERNAL, "session_create returned NULL"))?;
@@ -1448,8 +1464,12 @@ pub enum FinishReason {
     Eos,
     /// A stop string was generated.
     Stop,
-    /// The callback stopped it.
+    /// The callback stopped it; an engine request was cancelled.
     Cancelled,
+    /// An engine request's timeout passed.
+    Deadline,
+    /// An engine request failed ([`Request::next_piece`] returned its error).
+    Failed,
     /// A value this crate does not know.
     Other(u32),
 }
@@ -1465,17 +1485,25 @@ pub struct GenerateResult {
     pub decode_time: Duration,
 }
 
+impl FinishReason {
+    fn from_raw(v: u32) -> FinishReason {
+        match v {
+            sys::COLIBRI_FINISH_NONE => FinishReason::None,
+            sys::COLIBRI_FINISH_LENGTH => FinishReason::Length,
+            sys::COLIBRI_FINISH_EOS => FinishReason::Eos,
+            sys::COLIBRI_FINISH_STOP => FinishReason::Stop,
+            sys::COLIBRI_FINISH_CANCELLED => FinishReason::Cancelled,
+            sys::COLIBRI_FINISH_DEADLINE => FinishReason::Deadline,
+            sys::COLIBRI_FINISH_ERROR => FinishReason::Failed,
+            v => FinishReason::Other(v),
+        }
+    }
+}
+
 impl GenerateResult {
     fn from_raw(r: &sys::colibri_generate_result) -> GenerateResult {
         GenerateResult {
-            finish_reason: match r.finish_reason {
-                sys::COLIBRI_FINISH_NONE => FinishReason::None,
-                sys::COLIBRI_FINISH_LENGTH => FinishReason::Length,
-                sys::COLIBRI_FINISH_EOS => FinishReason::Eos,
-                sys::COLIBRI_FINISH_STOP => FinishReason::Stop,
-                sys::COLIBRI_FINISH_CANCELLED => FinishReason::Cancelled,
-                v => FinishReason::Other(v),
-            },
+            finish_reason: FinishReason::from_raw(r.finish_reason),
             prompt_tokens: r.prompt_token_count,
             generated_tokens: r.generated_token_count,
             prefill_time: Duration::from_nanos(r.prefill_ns),
@@ -1590,6 +1618,367 @@ impl Drop for Stream<'_> {
     }
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// Serving engine
+// ---------------------------------------------------------------------------------------------
+
+/// Options of [`Model::engine`]; `None` fields take the library's defaults.
+#[derive(Clone, Debug, Default)]
+pub struct EngineOptions {
+    /// Requests running at once (default 8).
+    pub max_sequences: Option<u32>,
+    /// Tokens per request, prompt + output (default min(max_position_embeddings, 4096)).
+    pub context_length: Option<u32>,
+    /// Tokens per scheduler step: decode tokens + prefill chunks (default 256).
+    pub step_tokens: Option<u32>,
+    /// Positions per KV block (default 16).
+    pub block_tokens: Option<u32>,
+    /// Requests that may wait for admission (default 64).
+    pub queue_capacity: Option<u32>,
+    /// The KV pool in bytes (default: max_sequences whole contexts).
+    pub kv_budget_bytes: Option<u64>,
+    /// Do not reuse cached prefix blocks of earlier requests.
+    pub disable_prefix_cache: bool,
+    /// Threads, kernels, KV dtype, policies, seed (the default of requests whose sampler seed is
+    /// `None`); its sizing fields are ignored.
+    pub session: SessionOptions,
+}
+
+struct EngineInner {
+    model: Model,
+    raw: NonNull<sys::colibri_engine>,
+}
+
+// SAFETY: colibri_request_submit and colibri_engine_get_stats are thread-safe (colibri.h);
+// colibri_engine_free runs in Drop, when no other reference exists.
+unsafe impl Send for EngineInner {}
+unsafe impl Sync for EngineInner {}
+
+impl Drop for EngineInner {
+    fn drop(&mut self) {
+        // SAFETY: the last reference to the engine; requests hold none (they outlive it).
+        unsafe { (self.model.lib().functions.engine_free)(self.raw.as_ptr()) }
+    }
+}
+
+/// Serves many concurrent requests on one model with continuous batching (`colibri_engine`):
+/// each scheduler step runs one forward pass over every running request, so each active
+/// expert is read once per step for all of them; full KV blocks of finished requests stay
+/// cached, so a request repeating a cached prefix (the next chat turn) prefills only the rest.
+/// `Send + Sync` and cheap to clone: submit from any thread. Dropping the last clone cancels
+/// what is unfinished; the [`Request`]s stay readable.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<EngineInner>,
+}
+
+/// The engine's counters (`colibri_engine_stats`), as of the last scheduler step.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    pub queue_depth: u64,
+    pub active_sequences: u64,
+    pub submitted: u64,
+    pub rejected_busy: u64,
+    pub finished: u64,
+    pub steps: u64,
+    pub decode_tokens: u64,
+    pub prefill_tokens: u64,
+    pub prefix_hit_tokens: u64,
+    pub preemptions: u64,
+    pub max_batch_sequences: u64,
+    /// Steps by requests in the step: 1, 2, 3-4, 5-8, 9-16, 17-32, 33-64, 65-128, more.
+    pub batch_histogram: Vec<u64>,
+    pub kv_block_tokens: u32,
+    pub kv_blocks: u64,
+    pub kv_blocks_in_use: u64,
+    pub kv_blocks_cached: u64,
+    pub kv_evictions: u64,
+}
+
+impl Model {
+    /// Creates a serving engine on the model and starts its scheduler thread
+    /// (`colibri_engine_create`).
+    pub fn engine(&self, options: &EngineOptions) -> Result<Engine> {
+        let f = &self.lib().functions;
+        let session = self.session_options_raw(&options.session)?;
+        // SAFETY: structs initialised by the library, plain fields set; `session` outlives the call.
+        unsafe {
+            let mut o: sys::colibri_engine_options = core::mem::zeroed();
+            self.lib().check((f.engine_options_init)(&mut o, core::mem::size_of_val(&o)))?;
+            let set = |dst: &mut u32, v: Option<u32>| {
+                if let Some(v) = v {
+                    *dst = v;
+                }
+            };
+            set(&mut o.max_sequences, options.max_sequences);
+            set(&mut o.context_length, options.context_length);
+            set(&mut o.step_tokens, options.step_tokens);
+            set(&mut o.block_tokens, options.block_tokens);
+            set(&mut o.queue_capacity, options.queue_capacity);
+            if let Some(b) = options.kv_budget_bytes {
+                o.kv_budget_bytes = b;
+            }
+            o.prefix_cache = (!options.disable_prefix_cache) as u32;
+            o.session = &session;
+            let mut raw = ptr::null_mut();
+            self.lib().check((f.engine_create)(self.raw(), &o, &mut raw))?;
+            let raw = NonNull::new(raw).ok_or_else(|| Error::new(Status::INTERNAL, "engine_create returned NULL"))?;
+            Ok(Engine { inner: Arc::new(EngineInner { model: self.clone(), raw }) })
+        }
+    }
+}
+
+/// Options of [`Engine::submit`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RequestOptions {
+    /// Tokens to generate at most (default 256).
+    pub max_tokens: Option<u32>,
+    /// Keep going past EOS tokens.
+    pub ignore_eos: bool,
+    /// `None`: the library's defaults (the engine's seed).
+    pub sampler: Option<SamplerOptions>,
+    /// `None`: the model's EOS ids.
+    pub eos_tokens: Option<Vec<i32>>,
+    /// Text that ends the output (not part of it).
+    pub stop_strings: Vec<String>,
+    /// The request ends with [`FinishReason::Deadline`] this long after submission.
+    pub timeout: Option<Duration>,
+}
+
+impl Engine {
+    fn lib(&self) -> &Library {
+        self.inner.model.lib()
+    }
+
+    /// The model the engine serves.
+    pub fn model(&self) -> &Model {
+        &self.inner.model
+    }
+
+    /// Queues a generation from token ids (`colibri_request_submit`). A full queue is an error
+    /// with [`Status::BUSY`], returned at once.
+    pub fn submit(&self, prompt: &[i32], options: &RequestOptions) -> Result<Request> {
+        let g = CGenerateOptions::new(
+            self.lib(),
+            &GenerateOptions {
+                max_tokens: options.max_tokens,
+                sequence: 0,
+                ignore_eos: options.ignore_eos,
+                sampler: options.sampler.clone(),
+                eos_tokens: options.eos_tokens.clone(),
+                stop_strings: options.stop_strings.clone(),
+            },
+        )?;
+        let f = &self.lib().functions;
+        // SAFETY: the request options borrow g's buffers, which live until the call returns.
+        unsafe {
+            let mut o: sys::colibri_request_options = core::mem::zeroed();
+            self.lib().check((f.request_options_init)(&mut o, core::mem::size_of_val(&o)))?;
+            o.max_tokens = g.options.max_tokens;
+            o.ignore_eos = g.options.ignore_eos;
+            o.sampler = g.options.sampler;
+            o.eos_tokens = g.options.eos_tokens;
+            o.eos_token_count = g.options.eos_token_count;
+            o.stop_strings = g.options.stop_strings;
+            o.stop_string_count = g.options.stop_string_count;
+            if let Some(t) = options.timeout {
+                o.timeout_ns = u64::try_from(t.as_nanos()).unwrap_or(u64::MAX).max(1);
+            }
+            let mut raw = ptr::null_mut();
+            self.lib().check((f.request_submit)(self.inner.raw.as_ptr(), prompt.as_ptr(), prompt.len(), &o, &mut raw))?;
+            let raw = NonNull::new(raw).ok_or_else(|| Error::new(Status::INTERNAL, "request_submit returned NULL"))?;
+            Ok(Request { inner: Arc::new(RequestInner { lib: self.inner.model.inner.lib.clone(), raw }), done: false })
+        }
+    }
+
+    /// Tokenizes `prompt` (with the tokenizer's special tokens) and submits it.
+    pub fn submit_text(&self, prompt: &str, options: &RequestOptions) -> Result<Request> {
+        let ids = self.inner.model.tokenize(prompt, TokenizeFlags::ADD_SPECIAL)?;
+        self.submit(&ids, options)
+    }
+
+    /// The engine's counters.
+    pub fn stats(&self) -> Result<EngineStats> {
+        // SAFETY: live out parameter with struct_size set.
+        unsafe {
+            let mut s: sys::colibri_engine_stats = core::mem::zeroed();
+            s.struct_size = core::mem::size_of_val(&s) as u32;
+            self.lib().check((self.lib().functions.engine_get_stats)(self.inner.raw.as_ptr(), &mut s))?;
+            Ok(EngineStats {
+                queue_depth: s.queue_depth,
+                active_sequences: s.active_sequences,
+                submitted: s.submitted_count,
+                rejected_busy: s.rejected_busy_count,
+                finished: s.finished_count,
+                steps: s.step_count,
+                decode_tokens: s.decode_token_count,
+                prefill_tokens: s.prefill_token_count,
+                prefix_hit_tokens: s.prefix_hit_token_count,
+                preemptions: s.preemption_count,
+                max_batch_sequences: s.max_batch_sequences,
+                batch_histogram: s.batch_histogram.to_vec(),
+                kv_block_tokens: s.kv_block_tokens,
+                kv_blocks: s.kv_block_count,
+                kv_blocks_in_use: s.kv_blocks_in_use,
+                kv_blocks_cached: s.kv_blocks_cached,
+                kv_evictions: s.kv_eviction_count,
+            })
+        }
+    }
+}
+
+impl fmt::Debug for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Engine").field("model", &self.inner.model).finish()
+    }
+}
+
+struct RequestInner {
+    lib: Arc<Library>,
+    raw: NonNull<sys::colibri_request>,
+}
+
+// SAFETY: colibri_request_cancel, _get_result and _tokens are thread-safe (colibri.h);
+// colibri_request_next is only called through `&mut Request` (one thread at a time); the free
+// runs in Drop, when no other reference exists.
+unsafe impl Send for RequestInner {}
+unsafe impl Sync for RequestInner {}
+
+impl Drop for RequestInner {
+    fn drop(&mut self) {
+        // SAFETY: the last reference; freeing cancels an unfinished request.
+        unsafe { (self.lib.functions.request_free)(self.raw.as_ptr()) }
+    }
+}
+
+/// One submitted generation: iterate it for its pieces (blocking), or poll with
+/// [`Request::next_piece`]. `Send + Sync`; [`Request::canceller`] gives a handle that cancels
+/// it from another thread while this one waits. Dropping it cancels an unfinished request.
+pub struct Request {
+    inner: Arc<RequestInner>,
+    done: bool,
+}
+
+/// Cancels its request from any thread (`colibri_request_cancel`); cheap to clone.
+#[derive(Clone)]
+pub struct RequestCanceller {
+    inner: Arc<RequestInner>,
+}
+
+impl RequestCanceller {
+    /// Ends the request at the engine's next step (queued, prefilling or decoding).
+    pub fn cancel(&self) -> Result<()> {
+        // SAFETY: a live request handle; the call is thread-safe.
+        let status = unsafe { (self.inner.lib.functions.request_cancel)(self.inner.raw.as_ptr()) };
+        self.inner.lib.check(status).map(|_| ())
+    }
+}
+
+/// A request's progress (`colibri_request_result`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestResult {
+    /// [`FinishReason::None`] while it runs.
+    pub finish_reason: FinishReason,
+    pub prompt_tokens: u64,
+    /// Sampled tokens, including a final EOS.
+    pub generated_tokens: u64,
+    /// Prompt tokens taken from the prefix cache.
+    pub prefix_hit_tokens: u64,
+    /// Times it gave its KV blocks back and was recomputed.
+    pub preemptions: u64,
+    pub queue_time: Duration,
+    pub time_to_first_token: Duration,
+    pub decode_time: Duration,
+}
+
+impl Request {
+    fn lib(&self) -> &Library {
+        &self.inner.lib
+    }
+
+    /// Waits up to `timeout` (`None`: without limit) for the next piece of text:
+    /// `Ok(Some(piece))`, `Ok(None)` when the request has ended, or an error with
+    /// [`Status::PENDING`] when the wait ended first (the request goes on). A failed request
+    /// returns its error once, then `Ok(None)`.
+    pub fn next_piece(&mut self, timeout: Option<Duration>) -> Result<Option<String>> {
+        if self.done {
+            return Ok(None);
+        }
+        let wait = timeout.map_or(-1, |t| i64::try_from(t.as_nanos()).unwrap_or(i64::MAX));
+        let mut piece = ptr::null();
+        let mut size = 0usize;
+        // SAFETY: live out parameters; the piece is copied before the next call on the request.
+        let status = unsafe { (self.lib().functions.request_next)(self.inner.raw.as_ptr(), wait, &mut piece, &mut size) };
+        if status == sys::COLIBRI_DONE as i32 {
+            self.done = true;
+            return Ok(None);
+        }
+        if status == sys::COLIBRI_PENDING as i32 {
+            return Err(Error::new(Status::PENDING, "no piece within the timeout"));
+        }
+        if let Err(e) = self.lib().check(status) {
+            self.done = true;
+            return Err(e);
+        }
+        let bytes = unsafe { core::slice::from_raw_parts(piece.cast::<u8>(), size) };
+        Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
+    }
+
+    /// Ends the request at the engine's next step.
+    pub fn cancel(&self) -> Result<()> {
+        self.canceller().cancel()
+    }
+
+    /// A handle that cancels this request from another thread.
+    pub fn canceller(&self) -> RequestCanceller {
+        RequestCanceller { inner: self.inner.clone() }
+    }
+
+    /// The ids generated so far (including a final EOS).
+    pub fn tokens(&self) -> Result<Vec<i32>> {
+        let f = &self.lib().functions;
+        grow(self.lib(), 64, |buf, cap, size| unsafe {
+            // SAFETY: buf has cap elements.
+            (f.request_tokens)(self.inner.raw.as_ptr(), buf, cap, size)
+        }, 0)
+    }
+
+    /// Progress so far.
+    pub fn result(&self) -> Result<RequestResult> {
+        // SAFETY: live out parameter with struct_size set.
+        unsafe {
+            let mut r: sys::colibri_request_result = core::mem::zeroed();
+            r.struct_size = core::mem::size_of_val(&r) as u32;
+            self.lib().check((self.lib().functions.request_get_result)(self.inner.raw.as_ptr(), &mut r))?;
+            Ok(RequestResult {
+                finish_reason: FinishReason::from_raw(r.finish_reason),
+                prompt_tokens: r.prompt_token_count,
+                generated_tokens: r.generated_token_count,
+                prefix_hit_tokens: r.prefix_hit_token_count,
+                preemptions: r.preemption_count,
+                queue_time: Duration::from_nanos(r.queue_ns),
+                time_to_first_token: Duration::from_nanos(r.time_to_first_token_ns),
+                decode_time: Duration::from_nanos(r.decode_ns),
+            })
+        }
+    }
+}
+
+impl fmt::Debug for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Request").field("done", &self.done).finish()
+    }
+}
+
+impl Iterator for Request {
+    type Item = Result<String>;
+    /// The next piece, waiting as long as it takes; `None` at the end.
+    fn next(&mut self) -> Option<Result<String>> {
+        self.next_piece(None).transpose()
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Unit tests that need no library: layouts against capi/abi/layout.txt, statuses.
 // ---------------------------------------------------------------------------------------------
@@ -1650,6 +2039,9 @@ mod tests {
         send_sync::<Library>();
         send::<Session>();
         send::<Stream<'static>>();
+        send_sync::<Engine>();
+        send_sync::<Request>();
+        send_sync::<RequestCanceller>();
     }
 
     #[test]

@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 
 use colibri::{
-    DetokenizeFlags, Error, GenerateOptions, Isa, Library, LogLevel, Model, ModelOptions, SamplerOptions, Session,
-    SessionOptions, Status, TokenizeFlags,
+    DetokenizeFlags, EngineOptions, Error, FinishReason, GenerateOptions, Isa, Library, LogLevel, Model, ModelOptions,
+    RequestOptions, SamplerOptions, Session, SessionOptions, Status, TokenizeFlags,
 };
 
 struct Fixture {
@@ -494,4 +494,119 @@ fn chat_batch_moe() {
     s.moe_layer(0, &hidden, Some((&experts, &weights))).unwrap();
     experts[0] = info.expert_count as i32;
     assert_eq!(s.moe_layer(0, &hidden, Some((&experts, &weights))).unwrap_err().status(), Status::INVALID_ARGUMENT);
+}
+
+fn engine(model: &Model, max_sequences: u32, queue: u32) -> colibri::Engine {
+    model
+        .engine(&EngineOptions {
+            max_sequences: Some(max_sequences),
+            context_length: Some(64),
+            step_tokens: Some(16),
+            queue_capacity: Some(queue),
+            session: SessionOptions { threads: Some(2), ..Default::default() },
+            ..Default::default()
+        })
+        .expect("engine")
+}
+
+/// Requests submitted from several threads at once each equal a lone session's generation
+/// with the same seed; greedy equals the oracle.
+#[test]
+fn engine_requests_from_threads_equal_sessions() {
+    let fx = match fixture() {
+        Some(fx) => fx,
+        None => return,
+    };
+    let model = open(fx);
+    let engine = engine(&model, 4, 16);
+    let mut s = session(&model);
+    let mut expected = Vec::new();
+    for i in 0..6u32 {
+        let sampler = if i == 0 {
+            SamplerOptions::greedy()
+        } else {
+            SamplerOptions { temperature: Some(1.0), seed: Some(500 + u64::from(i)), ..Default::default() }
+        };
+        let max = if i == 0 { fx.greedy.len() as u32 } else { 5 + i };
+        let g = GenerateOptions { max_tokens: Some(max), ignore_eos: true, sampler: Some(sampler.clone()), ..Default::default() };
+        let (tokens, text) = stream_all(&mut s, &fx.input_ids, &g);
+        let r = RequestOptions { max_tokens: Some(max), ignore_eos: true, sampler: Some(sampler), ..Default::default() };
+        expected.push((r, tokens, text));
+    }
+    assert_eq!(expected[0].1, fx.greedy);
+    let handles: Vec<_> = expected
+        .into_iter()
+        .map(|(options, tokens, text)| {
+            let engine = engine.clone();
+            let prompt = fx.input_ids.clone();
+            thread::spawn(move || {
+                let mut request = engine.submit(&prompt, &options).expect("submit");
+                let got: String = request.by_ref().map(|p| p.expect("piece")).collect();
+                assert_eq!(got, text);
+                assert_eq!(request.tokens().unwrap(), tokens);
+                let result = request.result().unwrap();
+                assert_eq!(result.finish_reason, FinishReason::Length);
+                assert_eq!(result.generated_tokens as usize, tokens.len());
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("request thread");
+    }
+    let stats = engine.stats().unwrap();
+    assert_eq!(stats.submitted, 6);
+    assert!(stats.max_batch_sequences >= 2 && stats.max_batch_sequences <= 4, "{stats:?}");
+}
+
+/// Busy, cancellation from another thread, timeouts, PENDING, the prefix cache, and requests
+/// that outlive the engine.
+#[test]
+fn engine_busy_cancel_timeout_prefix() {
+    let fx = match fixture() {
+        Some(fx) => fx,
+        None => return,
+    };
+    let model = open(fx);
+    let engine = engine(&model, 1, 1);
+    let long = RequestOptions { max_tokens: Some(40), ignore_eos: true, ..Default::default() };
+    let mut a = engine.submit(&fx.input_ids, &long).unwrap();
+    assert!(a.next().unwrap().is_ok()); // a holds the only slot
+    let mut b = engine.submit(&fx.input_ids, &long).unwrap(); // waits
+    let busy = engine.submit(&fx.input_ids, &long).unwrap_err();
+    assert_eq!(busy.status(), Status::BUSY);
+    let canceller = b.canceller();
+    thread::spawn(move || canceller.cancel().unwrap()).join().unwrap();
+    assert!(b.by_ref().all(|p| p.is_ok()));
+    let rb = b.result().unwrap();
+    assert_eq!((rb.finish_reason, rb.generated_tokens), (FinishReason::Cancelled, 0));
+    assert!(a.by_ref().all(|p| p.is_ok()));
+    assert_eq!(a.result().unwrap().generated_tokens, 40);
+    // Second turn over the first turn's history: its full blocks come from the prefix cache.
+    let mut history = fx.input_ids.clone();
+    history.extend_from_slice(&a.tokens().unwrap()[..20]);
+    let mut c = engine.submit(&history, &RequestOptions { max_tokens: Some(3), ..Default::default() }).unwrap();
+    assert!(c.by_ref().all(|p| p.is_ok()));
+    let rc = c.result().unwrap();
+    assert!(rc.prefix_hit_tokens >= 16 && rc.prefix_hit_tokens % 16 == 0, "{rc:?}");
+    // A timeout (1 us: before it can finish) ends the request with Deadline; a zero wait may be
+    // PENDING.
+    let timed = RequestOptions {
+        max_tokens: Some(100_000),
+        ignore_eos: true,
+        timeout: Some(std::time::Duration::from_micros(1)),
+        ..Default::default()
+    };
+    let mut d = engine.submit(&fx.input_ids, &timed).unwrap();
+    match d.next_piece(Some(std::time::Duration::ZERO)) {
+        Ok(_) => {}
+        Err(e) => assert_eq!(e.status(), Status::PENDING),
+    }
+    assert!(d.by_ref().all(|p| p.is_ok()));
+    assert_eq!(d.result().unwrap().finish_reason, FinishReason::Deadline);
+    // Dropping the engine cancels what runs; the request stays readable.
+    let mut e = engine.submit(&fx.input_ids, &long).unwrap();
+    drop(engine);
+    assert!(e.by_ref().all(|p| p.is_ok()));
+    let re = e.result().unwrap();
+    assert!(matches!(re.finish_reason, FinishReason::Cancelled | FinishReason::Length), "{re:?}");
 }

@@ -8,6 +8,7 @@ pub const COLIBRI_VERSION_NUMBER: u32 = 100;
 pub const COLIBRI_ABI_VERSION: u32 = 1;
 pub const COLIBRI_OK: u32 = 0;
 pub const COLIBRI_DONE: u32 = 1;
+pub const COLIBRI_PENDING: u32 = 2;
 pub const COLIBRI_ERROR_INVALID_ARGUMENT: i32 = -1;
 pub const COLIBRI_ERROR_IO: i32 = -2;
 pub const COLIBRI_ERROR_NOT_AN_IMAGE: i32 = -3;
@@ -20,6 +21,7 @@ pub const COLIBRI_ERROR_CONTEXT_FULL: i32 = -9;
 pub const COLIBRI_ERROR_BAD_STATE: i32 = -10;
 pub const COLIBRI_ERROR_CALLBACK: i32 = -11;
 pub const COLIBRI_ERROR_INTERNAL: i32 = -12;
+pub const COLIBRI_ERROR_BUSY: i32 = -13;
 pub const COLIBRI_LOG_DEBUG: u32 = 0;
 pub const COLIBRI_LOG_INFO: u32 = 1;
 pub const COLIBRI_LOG_WARNING: u32 = 2;
@@ -53,6 +55,8 @@ pub const COLIBRI_FINISH_LENGTH: u32 = 1;
 pub const COLIBRI_FINISH_EOS: u32 = 2;
 pub const COLIBRI_FINISH_STOP: u32 = 3;
 pub const COLIBRI_FINISH_CANCELLED: u32 = 4;
+pub const COLIBRI_FINISH_DEADLINE: u32 = 5;
+pub const COLIBRI_FINISH_ERROR: u32 = 6;
 pub const COLIBRI_TOKENIZE_ADD_SPECIAL: u32 = 1;
 pub const COLIBRI_TOKENIZE_PARSE_SPECIAL: u32 = 2;
 pub const COLIBRI_DETOKENIZE_SKIP_SPECIAL: u32 = 1;
@@ -66,8 +70,10 @@ pub const COLIBRI_STAGE_EXPERTS: u32 = 5;
 pub const COLIBRI_STAGE_MERGE: u32 = 6;
 pub const COLIBRI_STAGE_LM_HEAD: u32 = 7;
 pub const COLIBRI_STATS_MAX_STAGES: u32 = 16;
+pub const COLIBRI_ENGINE_BATCH_BUCKETS: u32 = 9;
 pub type __int32_t = ::std::os::raw::c_int;
 pub type __uint32_t = ::std::os::raw::c_uint;
+pub type __int64_t = ::std::os::raw::c_long;
 pub type __uint64_t = ::std::os::raw::c_ulong;
 extern "C" {
     pub fn colibri_abi_version() -> u32;
@@ -3056,4 +3062,993 @@ extern "C" {
 }
 extern "C" {
     pub fn colibri_session_reset_stats(session: *mut colibri_session) -> i32;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct colibri_engine {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct colibri_request {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct colibri_engine_options {
+    pub struct_size: u32,
+    pub max_sequences: u32,
+    pub context_length: u32,
+    pub step_tokens: u32,
+    pub block_tokens: u32,
+    pub queue_capacity: u32,
+    pub prefix_cache: u32,
+    pub reserved0: u32,
+    pub kv_budget_bytes: u64,
+    pub session: *const colibri_session_options,
+}
+#[test]
+fn bindgen_test_layout_colibri_engine_options() {
+    assert_eq!(
+        ::core::mem::size_of::<colibri_engine_options>(),
+        48usize,
+        concat!("Size of: ", stringify!(colibri_engine_options))
+    );
+    assert_eq!(
+        ::core::mem::align_of::<colibri_engine_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(colibri_engine_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_max_sequences() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).max_sequences) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_options),
+                "::",
+                stringify!(max_sequences)
+            )
+        );
+    }
+    test_field_max_sequences();
+    fn test_field_context_length() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).context_length) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_options),
+                "::",
+                stringify!(context_length)
+            )
+        );
+    }
+    test_field_context_length();
+    fn test_field_step_tokens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).step_tokens) as usize - ptr as usize
+            },
+            12usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_options),
+                "::",
+                stringify!(step_tokens)
+            )
+        );
+    }
+    test_field_step_tokens();
+    fn test_field_block_tokens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).block_tokens) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_options),
+                "::",
+                stringify!(block_tokens)
+            )
+        );
+    }
+    test_field_block_tokens();
+    fn test_field_queue_capacity() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).queue_capacity) as usize - ptr as usize
+            },
+            20usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_options),
+                "::",
+                stringify!(queue_capacity)
+            )
+        );
+    }
+    test_field_queue_capacity();
+    fn test_field_prefix_cache() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).prefix_cache) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_options),
+                "::",
+                stringify!(prefix_cache)
+            )
+        );
+    }
+    test_field_prefix_cache();
+    fn test_field_reserved0() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).reserved0) as usize - ptr as usize
+            },
+            28usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_options),
+                "::",
+                stringify!(reserved0)
+            )
+        );
+    }
+    test_field_reserved0();
+    fn test_field_kv_budget_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).kv_budget_bytes) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_options),
+                "::",
+                stringify!(kv_budget_bytes)
+            )
+        );
+    }
+    test_field_kv_budget_bytes();
+    fn test_field_session() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).session) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_options),
+                "::",
+                stringify!(session)
+            )
+        );
+    }
+    test_field_session();
+}
+extern "C" {
+    pub fn colibri_engine_options_init(
+        options: *mut colibri_engine_options,
+        struct_size: usize,
+    ) -> i32;
+}
+extern "C" {
+    pub fn colibri_engine_create(
+        model: *mut colibri_model,
+        options: *const colibri_engine_options,
+        engine_out: *mut *mut colibri_engine,
+    ) -> i32;
+}
+extern "C" {
+    pub fn colibri_engine_free(engine: *mut colibri_engine);
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct colibri_engine_stats {
+    pub struct_size: u32,
+    pub kv_block_tokens: u32,
+    pub queue_depth: u64,
+    pub active_sequences: u64,
+    pub submitted_count: u64,
+    pub rejected_busy_count: u64,
+    pub finished_count: u64,
+    pub step_count: u64,
+    pub decode_token_count: u64,
+    pub prefill_token_count: u64,
+    pub prefix_hit_token_count: u64,
+    pub preemption_count: u64,
+    pub max_batch_sequences: u64,
+    pub batch_histogram: [u64; 9usize],
+    pub kv_block_count: u64,
+    pub kv_blocks_in_use: u64,
+    pub kv_blocks_cached: u64,
+    pub kv_eviction_count: u64,
+}
+#[test]
+fn bindgen_test_layout_colibri_engine_stats() {
+    assert_eq!(
+        ::core::mem::size_of::<colibri_engine_stats>(),
+        200usize,
+        concat!("Size of: ", stringify!(colibri_engine_stats))
+    );
+    assert_eq!(
+        ::core::mem::align_of::<colibri_engine_stats>(),
+        8usize,
+        concat!("Alignment of ", stringify!(colibri_engine_stats))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_stats),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_kv_block_tokens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).kv_block_tokens) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_stats),
+                "::",
+                stringify!(kv_block_tokens)
+            )
+        );
+    }
+    test_field_kv_block_tokens();
+    fn test_field_queue_depth() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).queue_depth) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_stats),
+                "::",
+                stringify!(queue_depth)
+            )
+        );
+    }
+    test_field_queue_depth();
+    fn test_field_active_sequences() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).active_sequences) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_stats),
+                "::",
+                stringify!(active_sequences)
+            )
+        );
+    }
+    test_field_active_sequences();
+    fn test_field_submitted_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).submitted_count) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_stats),
+                "::",
+                stringify!(submitted_count)
+            )
+        );
+    }
+    test_field_submitted_count();
+    fn test_field_rejected_busy_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).rejected_busy_count) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_stats),
+                "::",
+                stringify!(rejected_busy_count)
+            )
+        );
+    }
+    test_field_rejected_busy_count();
+    fn test_field_finished_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).finished_count) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_stats),
+                "::",
+                stringify!(finished_count)
+            )
+        );
+    }
+    test_field_finished_count();
+    fn test_field_step_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).step_count) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_stats),
+                "::",
+                stringify!(step_count)
+            )
+        );
+    }
+    test_field_step_count();
+    fn test_field_decode_token_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).decode_token_count) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_stats),
+                "::",
+                stringify!(decode_token_count)
+            )
+        );
+    }
+    test_field_decode_token_count();
+    fn test_field_prefill_token_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).prefill_token_count) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_stats),
+                "::",
+                stringify!(prefill_token_count)
+            )
+        );
+    }
+    test_field_prefill_token_count();
+    fn test_field_prefix_hit_token_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).prefix_hit_token_count) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_stats),
+                "::",
+                stringify!(prefix_hit_token_count)
+            )
+        );
+    }
+    test_field_prefix_hit_token_count();
+    fn test_field_preemption_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).preemption_count) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_stats),
+                "::",
+                stringify!(preemption_count)
+            )
+        );
+    }
+    test_field_preemption_count();
+    fn test_field_max_batch_sequences() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).max_batch_sequences) as usize - ptr as usize
+            },
+            88usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_stats),
+                "::",
+                stringify!(max_batch_sequences)
+            )
+        );
+    }
+    test_field_max_batch_sequences();
+    fn test_field_batch_histogram() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).batch_histogram) as usize - ptr as usize
+            },
+            96usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_stats),
+                "::",
+                stringify!(batch_histogram)
+            )
+        );
+    }
+    test_field_batch_histogram();
+    fn test_field_kv_block_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).kv_block_count) as usize - ptr as usize
+            },
+            168usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_stats),
+                "::",
+                stringify!(kv_block_count)
+            )
+        );
+    }
+    test_field_kv_block_count();
+    fn test_field_kv_blocks_in_use() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).kv_blocks_in_use) as usize - ptr as usize
+            },
+            176usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_stats),
+                "::",
+                stringify!(kv_blocks_in_use)
+            )
+        );
+    }
+    test_field_kv_blocks_in_use();
+    fn test_field_kv_blocks_cached() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).kv_blocks_cached) as usize - ptr as usize
+            },
+            184usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_stats),
+                "::",
+                stringify!(kv_blocks_cached)
+            )
+        );
+    }
+    test_field_kv_blocks_cached();
+    fn test_field_kv_eviction_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_engine_stats>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).kv_eviction_count) as usize - ptr as usize
+            },
+            192usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_engine_stats),
+                "::",
+                stringify!(kv_eviction_count)
+            )
+        );
+    }
+    test_field_kv_eviction_count();
+}
+extern "C" {
+    pub fn colibri_engine_get_stats(
+        engine: *const colibri_engine,
+        stats: *mut colibri_engine_stats,
+    ) -> i32;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct colibri_request_options {
+    pub struct_size: u32,
+    pub max_tokens: u32,
+    pub ignore_eos: u32,
+    pub reserved0: u32,
+    pub sampler: *const colibri_sampler_options,
+    pub eos_tokens: *const i32,
+    pub eos_token_count: usize,
+    pub stop_strings: *const *const ::std::os::raw::c_char,
+    pub stop_string_count: usize,
+    pub timeout_ns: u64,
+}
+#[test]
+fn bindgen_test_layout_colibri_request_options() {
+    assert_eq!(
+        ::core::mem::size_of::<colibri_request_options>(),
+        64usize,
+        concat!("Size of: ", stringify!(colibri_request_options))
+    );
+    assert_eq!(
+        ::core::mem::align_of::<colibri_request_options>(),
+        8usize,
+        concat!("Alignment of ", stringify!(colibri_request_options))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_request_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_request_options),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_max_tokens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_request_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).max_tokens) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_request_options),
+                "::",
+                stringify!(max_tokens)
+            )
+        );
+    }
+    test_field_max_tokens();
+    fn test_field_ignore_eos() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_request_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).ignore_eos) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_request_options),
+                "::",
+                stringify!(ignore_eos)
+            )
+        );
+    }
+    test_field_ignore_eos();
+    fn test_field_reserved0() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_request_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).reserved0) as usize - ptr as usize
+            },
+            12usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_request_options),
+                "::",
+                stringify!(reserved0)
+            )
+        );
+    }
+    test_field_reserved0();
+    fn test_field_sampler() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_request_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).sampler) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_request_options),
+                "::",
+                stringify!(sampler)
+            )
+        );
+    }
+    test_field_sampler();
+    fn test_field_eos_tokens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_request_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).eos_tokens) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_request_options),
+                "::",
+                stringify!(eos_tokens)
+            )
+        );
+    }
+    test_field_eos_tokens();
+    fn test_field_eos_token_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_request_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).eos_token_count) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_request_options),
+                "::",
+                stringify!(eos_token_count)
+            )
+        );
+    }
+    test_field_eos_token_count();
+    fn test_field_stop_strings() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_request_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).stop_strings) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_request_options),
+                "::",
+                stringify!(stop_strings)
+            )
+        );
+    }
+    test_field_stop_strings();
+    fn test_field_stop_string_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_request_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).stop_string_count) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_request_options),
+                "::",
+                stringify!(stop_string_count)
+            )
+        );
+    }
+    test_field_stop_string_count();
+    fn test_field_timeout_ns() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_request_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).timeout_ns) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_request_options),
+                "::",
+                stringify!(timeout_ns)
+            )
+        );
+    }
+    test_field_timeout_ns();
+}
+extern "C" {
+    pub fn colibri_request_options_init(
+        options: *mut colibri_request_options,
+        struct_size: usize,
+    ) -> i32;
+}
+extern "C" {
+    pub fn colibri_request_submit(
+        engine: *mut colibri_engine,
+        prompt: *const i32,
+        prompt_count: usize,
+        options: *const colibri_request_options,
+        request_out: *mut *mut colibri_request,
+    ) -> i32;
+}
+extern "C" {
+    pub fn colibri_request_next(
+        request: *mut colibri_request,
+        timeout_ns: i64,
+        piece: *mut *const ::std::os::raw::c_char,
+        piece_size: *mut usize,
+    ) -> i32;
+}
+extern "C" {
+    pub fn colibri_request_cancel(request: *mut colibri_request) -> i32;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct colibri_request_result {
+    pub struct_size: u32,
+    pub finish_reason: u32,
+    pub prompt_token_count: u64,
+    pub generated_token_count: u64,
+    pub prefix_hit_token_count: u64,
+    pub preemption_count: u64,
+    pub queue_ns: u64,
+    pub time_to_first_token_ns: u64,
+    pub decode_ns: u64,
+}
+#[test]
+fn bindgen_test_layout_colibri_request_result() {
+    assert_eq!(
+        ::core::mem::size_of::<colibri_request_result>(),
+        64usize,
+        concat!("Size of: ", stringify!(colibri_request_result))
+    );
+    assert_eq!(
+        ::core::mem::align_of::<colibri_request_result>(),
+        8usize,
+        concat!("Alignment of ", stringify!(colibri_request_result))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_request_result>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_request_result),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_finish_reason() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_request_result>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).finish_reason) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_request_result),
+                "::",
+                stringify!(finish_reason)
+            )
+        );
+    }
+    test_field_finish_reason();
+    fn test_field_prompt_token_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_request_result>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).prompt_token_count) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_request_result),
+                "::",
+                stringify!(prompt_token_count)
+            )
+        );
+    }
+    test_field_prompt_token_count();
+    fn test_field_generated_token_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_request_result>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).generated_token_count) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_request_result),
+                "::",
+                stringify!(generated_token_count)
+            )
+        );
+    }
+    test_field_generated_token_count();
+    fn test_field_prefix_hit_token_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_request_result>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).prefix_hit_token_count) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_request_result),
+                "::",
+                stringify!(prefix_hit_token_count)
+            )
+        );
+    }
+    test_field_prefix_hit_token_count();
+    fn test_field_preemption_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_request_result>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).preemption_count) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_request_result),
+                "::",
+                stringify!(preemption_count)
+            )
+        );
+    }
+    test_field_preemption_count();
+    fn test_field_queue_ns() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_request_result>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).queue_ns) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_request_result),
+                "::",
+                stringify!(queue_ns)
+            )
+        );
+    }
+    test_field_queue_ns();
+    fn test_field_time_to_first_token_ns() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_request_result>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).time_to_first_token_ns) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_request_result),
+                "::",
+                stringify!(time_to_first_token_ns)
+            )
+        );
+    }
+    test_field_time_to_first_token_ns();
+    fn test_field_decode_ns() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_request_result>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).decode_ns) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_request_result),
+                "::",
+                stringify!(decode_ns)
+            )
+        );
+    }
+    test_field_decode_ns();
+}
+extern "C" {
+    pub fn colibri_request_get_result(
+        request: *const colibri_request,
+        result: *mut colibri_request_result,
+    ) -> i32;
+}
+extern "C" {
+    pub fn colibri_request_tokens(
+        request: *const colibri_request,
+        tokens: *mut i32,
+        capacity: usize,
+        count: *mut usize,
+    ) -> i32;
+}
+extern "C" {
+    pub fn colibri_request_free(request: *mut colibri_request);
 }

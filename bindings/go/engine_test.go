@@ -1,0 +1,191 @@
+package colibri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+func newEngine(t *testing.T, m *Model, opts EngineOptions) *Engine {
+	t.Helper()
+	if opts.ContextLength == 0 {
+		opts.ContextLength = 64
+	}
+	if opts.StepTokens == 0 {
+		opts.StepTokens = 16
+	}
+	opts.Session.Threads = 2
+	e, err := m.NewEngine(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+func collect(t *testing.T, ctx context.Context, r *Request) (string, error) {
+	t.Helper()
+	text := ""
+	for p := range r.Pieces(ctx) {
+		if p.Err != nil {
+			return text, p.Err
+		}
+		text += p.Text
+	}
+	return text, nil
+}
+
+// Concurrent requests from many goroutines: each equals a lone session's generation with the
+// same seed (greedy equals the oracle), whatever the engine batched it with.
+func TestEngineConcurrentRequestsEqualSessions(t *testing.T) {
+	m := openModel(t)
+	e := newEngine(t, m, EngineOptions{MaxSequences: 4})
+	s := newSession(t, m)
+	const n = 8
+	type want struct {
+		tokens []int32
+		text   string
+	}
+	opts := make([]RequestOptions, n)
+	wants := make([]want, n)
+	for i := range opts {
+		sampler := DefaultSamplerOptions()
+		sampler.Seed = uint64(40 + i)
+		if i == 0 {
+			sampler = GreedySampler()
+		}
+		opts[i] = RequestOptions{MaxTokens: 6 + i, IgnoreEOS: true, Sampler: &sampler}
+		if i == 0 {
+			opts[i].MaxTokens = len(fixture.oracle.Greedy)
+		}
+		tokens, text := streamAll(t, s, fixture.oracle.InputIDs, GenerateOptions{MaxTokens: opts[i].MaxTokens,
+			IgnoreEOS: true, Sampler: &sampler})
+		wants[i] = want{tokens, text}
+	}
+	if !equalTokens(wants[0].tokens, fixture.oracle.Greedy) {
+		t.Fatalf("greedy session: %v, oracle %v", wants[0].tokens, fixture.oracle.Greedy)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			r, err := e.SubmitTokens(fixture.oracle.InputIDs, opts[i])
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer r.Close()
+			text, err := collect(t, context.Background(), r)
+			if err != nil {
+				errs <- err
+				return
+			}
+			tokens, err := r.Tokens()
+			if err != nil {
+				errs <- err
+				return
+			}
+			res, _ := r.Result()
+			if text != wants[i].text || !equalTokens(tokens, wants[i].tokens) || res.FinishReason != FinishLength ||
+				res.GeneratedTokens != len(tokens) {
+				errs <- fmt.Errorf("request %d differs from its lone generation: %q %v", i, text, tokens)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	st, err := e.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Submitted != n || st.MaxBatchSequences < 2 || st.MaxBatchSequences > 4 || st.KVBlockTokens != 16 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
+// Context cancellation cancels the request; Busy, timeouts, the prefix cache; requests
+// outlive the engine.
+func TestEngineCancelBusyTimeoutPrefix(t *testing.T) {
+	m := openModel(t)
+	e := newEngine(t, m, EngineOptions{MaxSequences: 1, QueueCapacity: 1})
+	long := RequestOptions{MaxTokens: 40, IgnoreEOS: true}
+	a, err := e.SubmitTokens(fixture.oracle.InputIDs, long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, ok, err := a.Next(context.Background()); !ok || err != nil {
+		t.Fatalf("first piece: %v %v", ok, err)
+	}
+	b, err := e.SubmitTokens(fixture.oracle.InputIDs, long) // waits for the slot
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := e.SubmitTokens(fixture.oracle.InputIDs, long); !errors.Is(err, StatusBusy) {
+		t.Fatalf("third submit: %v, want busy", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := collect(t, ctx, b); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled ctx: %v", err)
+	}
+	if _, err := collect(t, context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := b.Result(); res.FinishReason != FinishCancelled || res.GeneratedTokens != 0 {
+		t.Fatalf("b: %+v", res)
+	}
+	if _, err := collect(t, context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := a.Tokens()
+	// Second turn: history = prompt + output; the first turn's full blocks are reused.
+	history := append(append([]int32{}, fixture.oracle.InputIDs...), first[:20]...)
+	c, err := e.SubmitTokens(history, RequestOptions{MaxTokens: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	collect(t, context.Background(), c)
+	if res, _ := c.Result(); res.PrefixHitTokens < 16 || res.PrefixHitTokens%16 != 0 {
+		t.Fatalf("second turn: %+v", res)
+	}
+	// A timeout ends the request with FinishDeadline.
+	d, err := e.SubmitTokens(fixture.oracle.InputIDs, RequestOptions{MaxTokens: 1000, IgnoreEOS: true, Timeout: time.Microsecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	collect(t, context.Background(), d)
+	if res, _ := d.Result(); res.FinishReason != FinishDeadline {
+		t.Fatalf("timeout: %+v", res)
+	}
+	// A request still running when the engine closes ends cancelled and stays readable.
+	f, err := e.SubmitTokens(fixture.oracle.InputIDs, RequestOptions{MaxTokens: 40, IgnoreEOS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Close()
+	if _, err := collect(t, context.Background(), f); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := f.Result(); res.FinishReason != FinishCancelled && res.FinishReason != FinishLength {
+		t.Fatalf("after engine close: %+v", res)
+	}
+	f.Close()
+	if _, err := f.Result(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("closed request: %v", err)
+	}
+	if _, err := e.SubmitTokens(fixture.oracle.InputIDs, long); !errors.Is(err, ErrClosed) {
+		t.Fatalf("closed engine: %v", err)
+	}
+}

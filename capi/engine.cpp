@@ -1,0 +1,281 @@
+// capi/engine.cpp — colibri_engine_* and colibri_request_*: the C face of the serving engine
+// (core/serving/engine.h). An engine handle keeps its model alive; a request handle keeps
+// its serving::Request (shared with the scheduler) and the piece last handed out.
+#include <chrono>
+#include <cstddef>
+
+#include "capi/internal.h"
+#include "serving/engine.h"
+#include "util/strings.h"
+
+using namespace colibri;
+
+namespace colibri::capi {
+
+struct EngineHandle {
+  std::shared_ptr<ModelState> model;
+  std::unique_ptr<serving::Engine> engine;
+  uint64_t default_seed = 0;
+};
+
+struct RequestHandle {
+  std::shared_ptr<serving::Request> request;
+  std::string piece;        // the piece last returned by colibri_request_next
+  bool error_reported = false;  // a failed request returned its error once
+};
+
+inline EngineHandle *impl(colibri_engine *h) { return reinterpret_cast<EngineHandle *>(h); }
+inline const EngineHandle *impl(const colibri_engine *h) { return reinterpret_cast<const EngineHandle *>(h); }
+inline colibri_engine *handle(EngineHandle *p) { return reinterpret_cast<colibri_engine *>(p); }
+inline RequestHandle *impl(colibri_request *h) { return reinterpret_cast<RequestHandle *>(h); }
+inline const RequestHandle *impl(const colibri_request *h) { return reinterpret_cast<const RequestHandle *>(h); }
+inline colibri_request *handle(RequestHandle *p) { return reinterpret_cast<colibri_request *>(p); }
+
+}  // namespace colibri::capi
+
+namespace {
+
+constexpr size_t kEngineOptionsAbi1 = sizeof(colibri_engine_options);
+constexpr size_t kEngineStatsAbi1 = sizeof(colibri_engine_stats);
+constexpr size_t kRequestOptionsAbi1 = sizeof(colibri_request_options);
+constexpr size_t kRequestResultAbi1 = sizeof(colibri_request_result);
+
+colibri_engine_options default_engine_options() {
+  colibri_engine_options o{};
+  o.struct_size = sizeof o;
+  const serving::EngineOptions d;
+  o.max_sequences = d.max_sequences;
+  o.context_length = d.context_length;
+  o.step_tokens = d.step_tokens;
+  o.block_tokens = d.block_tokens;
+  o.queue_capacity = d.queue_capacity;
+  o.prefix_cache = d.prefix_cache ? 1 : 0;
+  o.kv_budget_bytes = d.kv_budget_bytes;
+  o.session = nullptr;
+  return o;
+}
+
+colibri_request_options default_request_options() {
+  colibri_request_options o{};
+  o.struct_size = sizeof o;
+  o.max_tokens = serving::RequestOptions{}.max_tokens;
+  return o;
+}
+
+uint32_t finish_code(runtime::FinishReason reason) {
+  static_assert(static_cast<uint32_t>(runtime::FinishReason::Cancelled) == COLIBRI_FINISH_CANCELLED &&
+                static_cast<uint32_t>(runtime::FinishReason::Deadline) == COLIBRI_FINISH_DEADLINE &&
+                static_cast<uint32_t>(runtime::FinishReason::Error) == COLIBRI_FINISH_ERROR);
+  return static_cast<uint32_t>(reason);
+}
+
+}  // namespace
+
+extern "C" {
+
+COLIBRI_API int32_t colibri_engine_options_init(colibri_engine_options *options, size_t struct_size) {
+  return capi::guard(__func__, [&] {
+    colibri_engine_options defaults = default_engine_options();
+    return capi::init_options(options, struct_size, &defaults, sizeof defaults, kEngineOptionsAbi1,
+                              "colibri_engine_options");
+  });
+}
+
+COLIBRI_API int32_t colibri_engine_create(colibri_model *model, const colibri_engine_options *options,
+                                          colibri_engine **engine_out) {
+  return capi::guard(__func__, [&]() -> int32_t {
+    COLIBRI_REQUIRE_ARG(engine_out, "engine_out must not be NULL");
+    *engine_out = nullptr;
+    COLIBRI_REQUIRE_HANDLE(model, "model");
+    colibri_engine_options o = default_engine_options();
+    if (int32_t s = capi::read_options(options, &o, kEngineOptionsAbi1, "colibri_engine_options")) return s;
+    COLIBRI_REQUIRE_ARG(o.prefix_cache <= 1, "colibri_engine_options.prefix_cache must be 0 or 1");
+    COLIBRI_REQUIRE_ARG(o.reserved0 == 0, "colibri_engine_options.reserved0 must be 0");
+    const std::shared_ptr<capi::ModelState> &state = capi::impl(model)->state;
+    const tokenizer::Tokenizer *tok = nullptr;
+    if (int32_t s = capi::require_tokenizer(*state, &tok)) return s;
+    capi::SessionSettings settings;
+    if (int32_t s = capi::session_settings_from_c(state->options, o.session, &settings)) return s;
+    serving::EngineOptions eo;
+    eo.max_sequences = o.max_sequences;
+    eo.context_length = o.context_length;
+    eo.step_tokens = o.step_tokens;
+    eo.block_tokens = o.block_tokens;
+    eo.queue_capacity = o.queue_capacity;
+    eo.prefix_cache = o.prefix_cache != 0;
+    eo.kv_budget_bytes = o.kv_budget_bytes;
+    eo.session = settings.runtime;
+    auto h = std::make_unique<capi::EngineHandle>();
+    h->model = state;
+    h->default_seed = settings.options.seed;
+    Error error;
+    h->engine = serving::Engine::create(*state->model, *tok, eo, &error);
+    if (!h->engine) return capi::fail(error);
+    if (capi::log_enabled(COLIBRI_LOG_INFO)) {
+      const serving::EngineStats st = h->engine->stats();
+      capi::log_message(COLIBRI_LOG_INFO,
+                        util::strprintf("engine: %zu threads, %u sequences x context %u, step %u tokens, KV %u blocks "
+                                        "of %u tokens, queue %u, prefix cache %s",
+                                        h->engine->session().thread_count(), eo.max_sequences,
+                                        h->engine->options().context_length, eo.step_tokens, st.kv.block_count,
+                                        eo.block_tokens, eo.queue_capacity, eo.prefix_cache ? "on" : "off"));
+    }
+    *engine_out = capi::handle(h.release());
+    return COLIBRI_OK;
+  });
+}
+
+COLIBRI_API void colibri_engine_free(colibri_engine *engine) {
+  capi::guard_void(__func__, [&] { delete capi::impl(engine); });
+}
+
+COLIBRI_API int32_t colibri_engine_get_stats(const colibri_engine *engine, colibri_engine_stats *stats) {
+  return capi::guard(__func__, [&]() -> int32_t {
+    COLIBRI_REQUIRE_ARG(engine, "engine must not be NULL");
+    COLIBRI_REQUIRE_ARG(stats, "stats must not be NULL");
+    const serving::EngineStats st = capi::impl(engine)->engine->stats();
+    colibri_engine_stats full{};
+    full.struct_size = sizeof full;
+    full.kv_block_tokens = st.block_tokens;
+    full.queue_depth = st.queue_depth;
+    full.active_sequences = st.active_sequences;
+    full.submitted_count = st.submitted;
+    full.rejected_busy_count = st.rejected_busy;
+    full.finished_count = st.finished;
+    full.step_count = st.steps;
+    full.decode_token_count = st.decode_tokens;
+    full.prefill_token_count = st.prefill_tokens;
+    full.prefix_hit_token_count = st.prefix_hit_tokens;
+    full.preemption_count = st.preemptions;
+    full.max_batch_sequences = st.max_batch_sequences;
+    static_assert(COLIBRI_ENGINE_BATCH_BUCKETS == serving::kBatchHistogramBuckets);
+    for (size_t i = 0; i < serving::kBatchHistogramBuckets; ++i) full.batch_histogram[i] = st.batch_histogram[i];
+    full.kv_block_count = st.kv.block_count;
+    full.kv_blocks_in_use = st.kv.blocks_in_use;
+    full.kv_blocks_cached = st.kv.blocks_cached;
+    full.kv_eviction_count = st.kv.evictions;
+    return capi::write_output(stats, full, kEngineStatsAbi1, "colibri_engine_stats");
+  });
+}
+
+COLIBRI_API int32_t colibri_request_options_init(colibri_request_options *options, size_t struct_size) {
+  return capi::guard(__func__, [&] {
+    colibri_request_options defaults = default_request_options();
+    return capi::init_options(options, struct_size, &defaults, sizeof defaults, kRequestOptionsAbi1,
+                              "colibri_request_options");
+  });
+}
+
+COLIBRI_API int32_t colibri_request_submit(colibri_engine *engine, const int32_t *prompt, size_t prompt_count,
+                                           const colibri_request_options *options, colibri_request **request_out) {
+  return capi::guard(__func__, [&]() -> int32_t {
+    COLIBRI_REQUIRE_ARG(request_out, "request_out must not be NULL");
+    *request_out = nullptr;
+    COLIBRI_REQUIRE_ARG(engine, "engine must not be NULL");
+    COLIBRI_REQUIRE_ARG(prompt_count > 0, "the prompt is empty: give at least one token");
+    COLIBRI_REQUIRE_ARG(prompt, "prompt must not be NULL");
+    colibri_request_options o = default_request_options();
+    if (int32_t s = capi::read_options(options, &o, kRequestOptionsAbi1, "colibri_request_options")) return s;
+    COLIBRI_REQUIRE_ARG(o.ignore_eos <= 1, "colibri_request_options.ignore_eos must be 0 or 1");
+    COLIBRI_REQUIRE_ARG(o.reserved0 == 0, "colibri_request_options.reserved0 must be 0");
+    COLIBRI_REQUIRE_ARG(o.eos_tokens || o.eos_token_count == 0, "eos_tokens is NULL but eos_token_count is not 0");
+    COLIBRI_REQUIRE_ARG(o.stop_strings || o.stop_string_count == 0, "stop_strings is NULL but stop_string_count is not 0");
+    capi::EngineHandle *e = capi::impl(engine);
+    const uint32_t context = e->engine->options().context_length;
+    if (prompt_count >= context)
+      return capi::fail(COLIBRI_ERROR_CONTEXT_FULL,
+                        util::strprintf("the prompt has %zu tokens but the context holds %u (one more is needed to "
+                                        "generate); shorten the prompt or create the engine with a larger "
+                                        "context_length",
+                                        prompt_count, context));
+    serving::RequestOptions ro;
+    ro.max_tokens = o.max_tokens;
+    ro.ignore_eos = o.ignore_eos != 0;
+    if (int32_t s = capi::sampler_options_from_c(o.sampler, e->default_seed, &ro.sampling)) return s;
+    ro.eos_token_ids.assign(o.eos_tokens, o.eos_tokens + o.eos_token_count);
+    for (size_t i = 0; i < o.stop_string_count; ++i) {
+      COLIBRI_REQUIRE_ARG(o.stop_strings[i], "stop_strings[" + std::to_string(i) + "] is NULL");
+      ro.stop_strings.emplace_back(o.stop_strings[i]);
+    }
+    const serving::Clock::time_point now = serving::Clock::now();
+    if (o.timeout_ns) {
+      const uint64_t room = static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(serving::Clock::time_point::max() - now).count());
+      ro.deadline = o.timeout_ns >= room ? serving::Clock::time_point::max()
+                                         : now + std::chrono::nanoseconds(static_cast<int64_t>(o.timeout_ns));
+    }
+    auto h = std::make_unique<capi::RequestHandle>();
+    std::vector<int32_t> tokens(prompt, prompt + prompt_count);
+    if (Error err = e->engine->submit(tokens, ro, &h->request)) return capi::fail(err);
+    *request_out = capi::handle(h.release());
+    return COLIBRI_OK;
+  });
+}
+
+COLIBRI_API int32_t colibri_request_next(colibri_request *request, int64_t timeout_ns, const char **piece,
+                                         size_t *piece_size) {
+  return capi::guard(__func__, [&]() -> int32_t {
+    COLIBRI_REQUIRE_ARG(request, "request must not be NULL");
+    COLIBRI_REQUIRE_ARG(piece && piece_size, "piece and piece_size must not be NULL");
+    capi::RequestHandle *r = capi::impl(request);
+    const std::chrono::nanoseconds wait(timeout_ns);
+    const serving::Request::Poll poll = r->request->next(&r->piece, wait);
+    *piece = r->piece.c_str();
+    *piece_size = r->piece.size();
+    if (poll == serving::Request::Poll::Piece) return COLIBRI_OK;
+    if (poll == serving::Request::Poll::Pending) return COLIBRI_PENDING;
+    const serving::RequestResult res = r->request->result();
+    if (res.finish == runtime::FinishReason::Error && !r->error_reported) {
+      r->error_reported = true;
+      return capi::fail(res.context_full ? COLIBRI_ERROR_CONTEXT_FULL : capi::status_from_kind(res.error.kind),
+                        res.error.message);
+    }
+    return COLIBRI_DONE;
+  });
+}
+
+COLIBRI_API int32_t colibri_request_cancel(colibri_request *request) {
+  return capi::guard(__func__, [&]() -> int32_t {
+    COLIBRI_REQUIRE_ARG(request, "request must not be NULL");
+    capi::impl(request)->request->cancel();
+    return COLIBRI_OK;
+  });
+}
+
+COLIBRI_API int32_t colibri_request_get_result(const colibri_request *request, colibri_request_result *result) {
+  return capi::guard(__func__, [&]() -> int32_t {
+    COLIBRI_REQUIRE_ARG(request, "request must not be NULL");
+    COLIBRI_REQUIRE_ARG(result, "result must not be NULL");
+    const serving::RequestResult r = capi::impl(request)->request->result();
+    colibri_request_result full{};
+    full.struct_size = sizeof full;
+    full.finish_reason = finish_code(r.finish);
+    full.prompt_token_count = r.prompt_tokens;
+    full.generated_token_count = r.generated_tokens;
+    full.prefix_hit_token_count = r.prefix_hit_tokens;
+    full.preemption_count = r.preemptions;
+    full.queue_ns = r.queue_ns;
+    full.time_to_first_token_ns = r.time_to_first_token_ns;
+    full.decode_ns = r.decode_ns;
+    return capi::write_output(result, full, kRequestResultAbi1, "colibri_request_result");
+  });
+}
+
+COLIBRI_API int32_t colibri_request_tokens(const colibri_request *request, int32_t *tokens, size_t capacity,
+                                           size_t *count) {
+  return capi::guard(__func__, [&]() -> int32_t {
+    COLIBRI_REQUIRE_ARG(request, "request must not be NULL");
+    const std::vector<int32_t> ids = capi::impl(request)->request->generated_tokens();
+    return capi::copy_tokens(ids.data(), ids.size(), tokens, capacity, count);
+  });
+}
+
+COLIBRI_API void colibri_request_free(colibri_request *request) {
+  capi::guard_void(__func__, [&] {
+    if (!request) return;
+    capi::impl(request)->request->cancel();
+    delete capi::impl(request);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,176 @@
+// tests/runtime/test_paged_kv.cpp — the paged KV cache and its prefix cache: a paged session
+// gives the contiguous session's logits bit for bit (prefill, decode, several sequences, f32
+// and f16 caches, block sizes that do and do not divide the prompt), a prefix hit gives the
+// cold run's logits, and the pool's limits (exhaustion, eviction) behave as documented.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <vector>
+
+#include "runtime/oracle_support.h"
+
+using namespace colibri;
+
+namespace {
+
+std::unique_ptr<model::Model> fixture_model(const std::string &name) {
+  std::string path = testing::convert_fixture(name, "f32");
+  REQUIRE(!path.empty());
+  auto m = testing::load_model(path);
+  REQUIRE(m);
+  return m;
+}
+
+std::unique_ptr<runtime::Session> make(const model::Model &m, uint32_t sequences, uint32_t block_tokens,
+                                       uint32_t blocks = 0, runtime::KvDtype dtype = runtime::KvDtype::F32) {
+  runtime::SessionOptions so;
+  so.context_length = 64;
+  so.max_sequences = sequences;
+  so.max_batch_tokens = 64;
+  so.max_logit_rows = 64;
+  so.threads = 2;
+  so.kv_dtype = dtype;
+  so.kv_block_tokens = block_tokens;
+  so.kv_blocks = blocks;
+  Error err;
+  auto s = runtime::Session::create(m, so, &err);
+  INFO(err.message);
+  REQUIRE(s);
+  return s;
+}
+
+std::vector<int32_t> tokens_of(const testing::OracleCase &oc, size_t n, size_t shift) {
+  std::vector<int32_t> t;
+  for (size_t i = 0; i < n; ++i) t.push_back(oc.input_ids[(i * 7 + shift) % oc.input_ids.size()]);
+  return t;
+}
+
+// Runs `prompt` on `sequence` from position `from` (chunked by `chunk`), then `decode` greedy
+// steps; returns every logits row computed, concatenated.
+std::vector<float> run(runtime::Session &s, uint32_t sequence, const std::vector<int32_t> &prompt, size_t from,
+                       size_t chunk, size_t decode) {
+  const size_t V = s.model().config().vocab_size;
+  std::vector<float> all;
+  std::vector<runtime::BatchEntry> batch;
+  for (size_t begin = from; begin < prompt.size(); begin += chunk) {
+    const size_t end = std::min(prompt.size(), begin + chunk);
+    REQUIRE(s.reserve(sequence, static_cast<uint32_t>(end)).ok());
+    batch.clear();
+    for (size_t i = begin; i < end; ++i) batch.push_back({sequence, static_cast<uint32_t>(i), prompt[i], 1});
+    REQUIRE(s.forward(batch.data(), batch.size()).ok());
+    for (size_t r = 0; r < s.logit_rows(); ++r) all.insert(all.end(), s.logits(r), s.logits(r) + V);
+  }
+  uint32_t position = static_cast<uint32_t>(prompt.size());
+  for (size_t step = 0; step < decode; ++step) {
+    const float *last = all.data() + all.size() - V;
+    const int32_t next = static_cast<int32_t>(std::max_element(last, last + V) - last);
+    REQUIRE(s.reserve(sequence, position + 1).ok());
+    runtime::BatchEntry e{sequence, position++, next, 1};
+    REQUIRE(s.forward(&e, 1).ok());
+    all.insert(all.end(), s.logits(0), s.logits(0) + V);
+  }
+  return all;
+}
+
+bool same_bits(const std::vector<float> &a, const std::vector<float> &b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("a paged KV cache gives the contiguous cache's logits bit for bit", "[paged]") {
+  for (const std::string &name : {std::string("mixtral_gqa"), std::string("qwen3_moe_qknorm")}) {
+    auto oc = testing::load_oracle(name);
+    auto m = fixture_model(name);
+    for (runtime::KvDtype dtype : {runtime::KvDtype::F32, runtime::KvDtype::F16}) {
+      const std::vector<int32_t> prompt = tokens_of(oc, 37, 1);
+      auto contiguous = make(*m, 1, 0, 0, dtype);
+      const std::vector<float> want = run(*contiguous, 0, prompt, 0, 64, 9);
+      for (uint32_t block : {1u, 3u, 16u, 64u}) {
+        INFO(name << " block_tokens=" << block << " f16=" << (dtype == runtime::KvDtype::F16));
+        // Three sequences on one pool; the one under test is the middle slot, its blocks
+        // interleaved with the others' (they grow in alternation).
+        auto paged = make(*m, 3, block, 0, dtype);
+        const std::vector<int32_t> other = tokens_of(oc, 20, 5);
+        REQUIRE(paged->reserve(0, 10).ok());
+        std::vector<runtime::BatchEntry> filler;
+        for (uint32_t i = 0; i < 10; ++i) filler.push_back({0, i, other[i], 0});
+        REQUIRE(paged->forward(filler.data(), filler.size()).ok());
+        CHECK(same_bits(run(*paged, 1, prompt, 0, 5, 9), want));
+        // And chunked differently on a fresh slot after a reset: the same bits again.
+        paged->reset_sequence(1);
+        CHECK(same_bits(run(*paged, 2, prompt, 0, 11, 9), want));
+      }
+    }
+  }
+}
+
+TEST_CASE("a prefix cache hit gives the cold run's logits and skips the cached blocks", "[paged][prefix]") {
+  auto oc = testing::load_oracle("mixtral_gqa");
+  auto m = fixture_model("mixtral_gqa");
+  const size_t V = m->config().vocab_size;
+  const uint32_t B = 8;
+  const std::vector<int32_t> history = tokens_of(oc, 29, 2);
+  std::vector<int32_t> turn2 = history;
+  for (int32_t t : tokens_of(oc, 6, 9)) turn2.push_back(t);
+
+  auto cold = make(*m, 1, B);
+  const std::vector<float> want = run(*cold, 0, turn2, 0, 64, 4);
+
+  auto s = make(*m, 2, B);
+  run(*s, 0, history, 0, 64, 0);
+  s->commit_prefix(0, history.data(), history.size());
+  s->reset_sequence(0);  // the first turn ends; its full blocks stay cached
+  CHECK(s->kv_cache().stats().blocks_cached == history.size() / B);
+  const uint32_t hit = s->attach_prefix(1, turn2.data(), turn2.size());
+  CHECK(hit == (history.size() / B) * B);
+  CHECK(s->sequence_length(1) == hit);
+  CHECK(s->kv_cache().stats().prefix_hit_tokens == hit);
+  std::vector<float> got = run(*s, 1, turn2, hit, 64, 4);
+  // Compare the rows the warm run computed with the cold run's rows for the same positions.
+  const std::vector<float> tail(want.end() - static_cast<long>(got.size()), want.end());
+  CHECK(got.size() == (turn2.size() - hit + 4) * V);
+  CHECK(same_bits(got, tail));
+
+  // A prompt that differs inside the second block matches the first block only.
+  std::vector<int32_t> diverging = history;
+  diverging[B + 3] = diverging[B + 3] == 1 ? 2 : 1;
+  s->reset_sequence(1);
+  CHECK(s->attach_prefix(0, diverging.data(), diverging.size()) == B);
+  // A prompt of exactly cached whole blocks keeps its last block to compute.
+  s->reset_sequence(0);
+  const std::vector<int32_t> exact(history.begin(), history.begin() + 2 * B);
+  CHECK(s->attach_prefix(0, exact.data(), exact.size()) == B);
+}
+
+TEST_CASE("the block pool: exhaustion is refused with a reason, cached blocks are evicted LRU", "[paged][prefix]") {
+  auto oc = testing::load_oracle("mixtral_gqa");
+  auto m = fixture_model("mixtral_gqa");
+  const uint32_t B = 4;
+  auto s = make(*m, 2, B, 6);
+  REQUIRE(s->reserve(0, 16).ok());  // 4 blocks
+  Error e = s->reserve(1, 12);      // 3 more: only 2 left
+  CHECK(e.kind == ErrorKind::OutOfMemory);
+  CHECK(e.message.find("exhausted") != std::string::npos);
+  CHECK(s->kv_cache().table_size(1) == 0);  // nothing taken
+  // A position without a block is refused by forward.
+  runtime::BatchEntry beyond{1, 0, oc.input_ids[0], 1};
+  Error f = s->forward(&beyond, 1);
+  CHECK(f.kind == ErrorKind::InvalidArgument);
+  CHECK(f.message.find("no KV block") != std::string::npos);
+
+  // Cache 4 blocks of sequence 0, release them, then need 5 blocks: the oldest cached is evicted.
+  const std::vector<int32_t> a = tokens_of(oc, 16, 3);
+  std::vector<runtime::BatchEntry> batch;
+  for (uint32_t i = 0; i < 16; ++i) batch.push_back({0, i, a[i], 0});
+  REQUIRE(s->forward(batch.data(), batch.size()).ok());
+  s->commit_prefix(0, a.data(), a.size());
+  s->reset_sequence(0);
+  CHECK(s->kv_cache().stats().blocks_cached == 4);
+  CHECK(s->kv_cache().available_blocks() == 6);
+  REQUIRE(s->reserve(1, 20).ok());  // 5 blocks: 2 free + 3 evicted
+  CHECK(s->kv_cache().stats().evictions == 3);
+  s->reset_sequence(1);
+  // The last block of `a` was released first and evicted first; the first block survives.
+  CHECK(s->attach_prefix(0, a.data(), a.size()) == B);
+}
