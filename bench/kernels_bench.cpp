@@ -101,7 +101,25 @@ struct Format {
 const Format kFormats[] = {
     {"f32", DType::F32, 0}, {"f16", DType::F16, 0}, {"bf16", DType::BF16, 0},
     {"q8/32", DType::Q8, 32}, {"q8/64", DType::Q8, 64},
+    {"q8f16", DType::Q8F16, 32}, {"q4/32", DType::Q4, 32}, {"q4/128", DType::Q4, 128},
+    {"mxfp4", DType::MXFP4, 32},
 };
+
+// A row of a version-2 block dtype from pseudo-random bytes (speed does not depend on the
+// values): every code, and scales set to a finite f16 (q4, q8f16) or e8m0 127 (mxfp4).
+void fill_block_row(const Format &f, size_t cols, uint32_t *state, unsigned char *dst) {
+  const size_t rb = colibri::kernels::row_bytes(f.dtype, f.group_size, cols);
+  for (size_t i = 0; i < rb; ++i) {
+    *state = *state * 1664525u + 1013904223u;
+    dst[i] = static_cast<unsigned char>(*state >> 24);
+  }
+  const size_t block = rb / (cols / f.group_size);
+  const uint16_t scale = colibri::kernels::f32_to_f16_value(0.01f);
+  for (size_t b = 0; b < cols / f.group_size; ++b) {
+    if (f.dtype == DType::MXFP4) dst[b * block] = 127;
+    else std::memcpy(dst + b * block, &scale, 2);
+  }
+}
 
 // `copies` copies of one random [rows, cols] matrix, each starting on a 4 KiB boundary.
 struct Weights {
@@ -129,6 +147,7 @@ Weights make_weights(const KernelTable &k, const Format &f, size_t rows, size_t 
       case DType::F16: k.f32_to_f16(row.data(), reinterpret_cast<uint16_t *>(dst), cols); break;
       case DType::BF16: k.f32_to_bf16(row.data(), reinterpret_cast<uint16_t *>(dst), cols); break;
       case DType::Q8: k.quantize_row_q8(row.data(), cols, f.group_size, dst); break;
+      default: fill_block_row(f, cols, &state, dst); break;
     }
   }
   for (size_t c = 1; c < copies; ++c) std::memcpy(w.buffer->data + c * w.stride, w.buffer->data, w.matrix_bytes);
@@ -151,10 +170,11 @@ Activations make_activations(const KernelTable &k, const Format &f, size_t cols,
   Activations a;
   a.x.resize(tokens * cols);
   for (size_t i = 0; i < a.x.size(); ++i) a.x[i] = float(i % 97) * 0.001f - 0.05f;
-  const size_t xrow = colibri::kernels::row_bytes(DType::Q8, f.group_size == 0 ? 32 : f.group_size, cols);
+  const uint32_t act = f.group_size == 0 ? 32 : colibri::kernels::activation_group_size(f.dtype, f.group_size);
+  const size_t xrow = colibri::kernels::row_bytes(DType::Q8, act, cols);
   a.xq.resize(xrow * tokens);
-  if (f.dtype == DType::Q8)
-    for (size_t t = 0; t < tokens; ++t) k.quantize_row_q8(a.x.data() + t * cols, cols, f.group_size, a.xq.data() + t * xrow);
+  if (colibri::kernels::takes_q8_activations(f.dtype))
+    for (size_t t = 0; t < tokens; ++t) k.quantize_row_q8(a.x.data() + t * cols, cols, act, a.xq.data() + t * xrow);
   return a;
 }
 
@@ -171,8 +191,8 @@ struct MatmulCall {
   bool gemm;
 
   void rows_range(const void *weights, size_t r0, size_t r1) const {
-    if (f.dtype == DType::Q8) {
-      (gemm ? k.gemm_rows_q8 : k.matmul_rows_q8)(weights, f.group_size, cols, r0, r1, xq, tokens, y, rows);
+    if (colibri::kernels::takes_q8_activations(f.dtype)) {
+      (gemm ? k.gemm_rows_q8 : k.matmul_rows_q8)(weights, f.dtype, f.group_size, cols, r0, r1, xq, tokens, y, rows);
     } else {
       (gemm ? k.gemm_rows : k.matmul_rows)(weights, f.dtype, f.group_size, cols, r0, r1, x, tokens, y, rows);
     }

@@ -6,6 +6,7 @@
 
 #include "capi/internal.h"
 #include "colibri_version.h"
+#include "image/format.h"
 #include "runtime/stats.h"
 
 static_assert(COLIBRI_VERSION_MAJOR == COLIBRI_PROJECT_VERSION_MAJOR &&
@@ -256,6 +257,10 @@ COLIBRI_API const char *colibri_dtype_name(uint32_t dtype) {
     case COLIBRI_DTYPE_F16: return "f16";
     case COLIBRI_DTYPE_BF16: return "bf16";
     case COLIBRI_DTYPE_Q8: return "q8";
+    // Image format version 2's dtypes (q4, q8f16, mxfp4), which colibri.h has no constant for yet.
+    case static_cast<uint32_t>(image::DType::Q4):
+    case static_cast<uint32_t>(image::DType::Q8F16):
+    case static_cast<uint32_t>(image::DType::MXFP4): return image::dtype_name(static_cast<image::DType>(dtype));
     default: return "unknown";
   }
 }

@@ -87,9 +87,25 @@ class BoundedCopy {
   uint64_t used_ = 0;
 };
 
+// dtype as shown: the block dtypes with their group size ("q4/32").
+std::string dtype_label(const image::TensorInfo &t) {
+  std::string dtype = image::dtype_name(t.dtype);
+  if (t.group_size != 0) dtype += "/" + std::to_string(t.group_size);
+  return dtype;
+}
+
+struct ClassSummary {
+  std::map<std::string, uint64_t> dtypes;  // dtype label -> tensors
+  uint64_t tensors = 0, bytes = 0, elements = 0;
+};
+
+double bits_per_weight(uint64_t bytes, uint64_t elements) {
+  return elements ? 8.0 * static_cast<double>(bytes) / static_cast<double>(elements) : 0.0;
+}
 
 struct Summary {
   std::map<std::string, std::pair<uint64_t, uint64_t>> per_dtype;  // dtype -> (tensors, bytes)
+  std::map<std::string, ClassSummary> per_class;                   // model::names::tensor_class_name
   std::map<uint64_t, uint64_t> expert_bytes_per_layer;
   uint64_t total_bytes = 0;
   uint64_t total_elements = 0;
@@ -103,6 +119,11 @@ Summary summarize(const image::Image &img) {
     d.second += t.size;
     s.total_bytes += t.size;
     s.total_elements += t.element_count();
+    ClassSummary &c = s.per_class[model::names::tensor_class_name(model::names::tensor_class(t.name, t.rank))];
+    c.dtypes[dtype_label(t)] += 1;
+    c.tensors += 1;
+    c.bytes += t.size;
+    c.elements += t.element_count();
     uint64_t layer;
     std::string role;
     if (model::names::parse_layer_tensor(t.name, &layer, &role) &&
@@ -152,19 +173,26 @@ void print_text(const image::Image &img, const Summary &s) {
   const std::string meta_text = metadata_text(img.metadata());
   std::fwrite(meta_text.data(), 1, meta_text.size(), stdout);
 
-  std::printf("\n%-40s %-5s %-24s %14s %14s\n", "tensor", "dtype", "shape", "offset", "bytes");
+  std::printf("\n%-40s %-9s %-24s %14s %14s\n", "tensor", "dtype", "shape", "offset", "bytes");
   for (const image::TensorInfo &t : img.tensors()) {
-    std::string dtype = image::dtype_name(t.dtype);
-    if (t.dtype == image::DType::Q8) dtype += "/" + std::to_string(t.group_size);
-    std::printf("%-40s %-5s %-24s %14llu %14llu\n", t.name.c_str(), dtype.c_str(), t.shape_string().c_str(),
+    const std::string dtype = dtype_label(t);
+    std::printf("%-40s %-9s %-24s %14llu %14llu\n", t.name.c_str(), dtype.c_str(), t.shape_string().c_str(),
                 static_cast<unsigned long long>(t.offset), static_cast<unsigned long long>(t.size));
   }
   std::printf("\ntotals\n");
   for (const auto &[dtype, v] : s.per_dtype)
     std::printf("  %-5s %6llu tensors %12s\n", dtype.c_str(), static_cast<unsigned long long>(v.first),
                 util::human_bytes(v.second).c_str());
-  std::printf("  all   %6zu tensors %12s, %llu parameters\n", img.tensors().size(), util::human_bytes(s.total_bytes).c_str(),
-              static_cast<unsigned long long>(s.total_elements));
+  std::printf("  all   %6zu tensors %12s, %llu parameters, %.3f bits per weight\n", img.tensors().size(),
+              util::human_bytes(s.total_bytes).c_str(), static_cast<unsigned long long>(s.total_elements),
+              bits_per_weight(s.total_bytes, s.total_elements));
+  std::printf("\ntensor classes\n");
+  for (const auto &[name, c] : s.per_class) {
+    std::string dtypes;
+    for (const auto &[label, count] : c.dtypes) dtypes += (dtypes.empty() ? "" : ", ") + label + " ×" + std::to_string(count);
+    std::printf("  %-14s %-28s %12s %7.3f bits per weight\n", name.c_str(), dtypes.c_str(),
+                util::human_bytes(c.bytes).c_str(), bits_per_weight(c.bytes, c.elements));
+  }
   if (!s.expert_bytes_per_layer.empty()) {
     std::printf("\nexpert bytes per layer\n");
     for (const auto &[layer, bytes] : s.expert_bytes_per_layer)
@@ -192,7 +220,18 @@ nlohmann::json to_json(const image::Image &img, const Summary &s) {
   j["tensors"] = tensors;
   nlohmann::json totals = nlohmann::json::object();
   for (const auto &[dtype, v] : s.per_dtype) totals[dtype] = {{"tensors", v.first}, {"bytes", v.second}};
-  j["totals"] = {{"per_dtype", totals}, {"bytes", s.total_bytes}, {"parameters", s.total_elements}};
+  j["totals"] = {{"per_dtype", totals},
+                 {"bytes", s.total_bytes},
+                 {"parameters", s.total_elements},
+                 {"bits_per_weight", bits_per_weight(s.total_bytes, s.total_elements)}};
+  nlohmann::json classes = nlohmann::json::object();
+  for (const auto &[name, c] : s.per_class)
+    classes[name] = {{"dtypes", c.dtypes},
+                     {"tensors", c.tensors},
+                     {"bytes", c.bytes},
+                     {"parameters", c.elements},
+                     {"bits_per_weight", bits_per_weight(c.bytes, c.elements)}};
+  j["classes"] = classes;
   nlohmann::json experts = nlohmann::json::object();
   for (const auto &[layer, bytes] : s.expert_bytes_per_layer) experts[std::to_string(layer)] = bytes;
   j["expert_bytes_per_layer"] = experts;

@@ -176,7 +176,7 @@ Error decompress_image(const RepackRequest &r) {
 // Converts one tensor row by row from the source to the target dtype and appends it.
 struct TensorReport {
   double max_abs_error = 0.0;
-  double error_bound = 0.0;  // q8: max scale / 2; f16/bf16: half an ulp of the largest magnitude
+  double error_bound = 0.0;  // q8: max scale / 2; f16/bf16: half an ulp of the largest magnitude; q4, q8f16, mxfp4: 0 (none given)
 };
 
 Error convert_tensor(const image::Image &img, const image::TensorInfo &t, image::DType target, uint32_t group,
@@ -184,7 +184,7 @@ Error convert_tensor(const image::Image &img, const image::TensorInfo &t, image:
   const unsigned char *src = img.data(t);
   uint64_t cols = t.shape[t.rank - 1];
   uint64_t rows = t.element_count() / cols;
-  if (target == t.dtype && (target != image::DType::Q8 || group == t.group_size))
+  if (target == t.dtype && (!image::is_block_dtype(target) || group == t.group_size))
     return interrupted() ? interrupted_error() : writer->append(src, t.size);  // same layout: copy
   uint64_t src_row = image::row_bytes(t.dtype, t.group_size, cols);
   uint64_t dst_row = image::row_bytes(target, group, cols);
@@ -195,7 +195,7 @@ Error convert_tensor(const image::Image &img, const image::TensorInfo &t, image:
   for (uint64_t r = 0; r < rows; ++r) {
     if (interrupted()) return interrupted_error();
     const unsigned char *row = src + r * src_row;
-    if (t.dtype == image::DType::Q8) image::dequantize_row_q8(row, cols, t.group_size, values.data());
+    if (image::is_block_dtype(t.dtype)) image::dequantize_row(t.dtype, t.group_size, row, cols, values.data());
     else image::decode_floats(t.dtype, row, cols, values.data());
     const size_t bad = image::first_unstorable(target, values.data(), cols);
     if (bad != cols)
@@ -206,6 +206,11 @@ Error convert_tensor(const image::Image &img, const image::TensorInfo &t, image:
     if (target == image::DType::Q8) {
       float err = image::quantize_row_q8(values.data(), cols, group, encoded.data(), &max_scale);
       report->max_abs_error = std::max<double>(report->max_abs_error, err);
+    } else if (image::is_block_dtype(target)) {  // q4, q8f16, mxfp4: the error measured, no bound given
+      image::quantize_row(target, group, values.data(), cols, encoded.data());
+      image::dequantize_row(target, group, encoded.data(), cols, back.data());
+      for (uint64_t c = 0; c < cols; ++c)
+        report->max_abs_error = std::max(report->max_abs_error, std::fabs(static_cast<double>(values[c]) - back[c]));
     } else {
       image::encode_floats(target, values.data(), cols, encoded.data());
       image::decode_floats(target, encoded.data(), cols, back.data());
@@ -246,16 +251,23 @@ Error rewrite_image(const RepackRequest &r) {
     s.group_size = t.group_size;
     if (r.change_dtype) {
       uint64_t cols = t.shape[t.rank - 1];
-      s.dtype = model::names::storage_dtype(t.name, t.rank, cols, r.dtype, r.group_size);
-      if (s.dtype == image::DType::F32 && t.dtype != image::DType::Q8 && r.dtype != image::DType::F32 && t.rank < 2)
+      model::names::StoragePolicy policy;
+      policy.requested = r.dtype;
+      policy.group_size = r.group_size;
+      if (std::string why = model::names::policy_error(policy); !why.empty())
+        return make_error(ErrorKind::InvalidArgument, why);
+      const model::names::StorageChoice choice = model::names::storage_choice(policy, t.name, t.rank, cols);
+      s.dtype = choice.dtype;
+      s.group_size = choice.group_size;
+      if (s.dtype == image::DType::F32 && !image::is_block_dtype(t.dtype) && r.dtype != image::DType::F32 && t.rank < 2)
         s.dtype = t.dtype;  // vectors keep their stored type
-      if (r.dtype == image::DType::Q8 && s.dtype == image::DType::Q8 && t.dtype == image::DType::Q8 &&
-          t.group_size != r.group_size)
+      const bool same = s.dtype == t.dtype && s.group_size == t.group_size;
+      if (!same && image::is_block_dtype(s.dtype) && image::is_block_dtype(t.dtype))
         return make_error(ErrorKind::InvalidArgument,
-                          strprintf("tensor '%s' is already q8 with group size %u; q8 is only made from float "
-                                    "types (repack to f32 first, or keep --group-size %u)",
-                                    t.name.c_str(), t.group_size, t.group_size));
-      s.group_size = s.dtype == image::DType::Q8 ? (t.dtype == image::DType::Q8 ? t.group_size : r.group_size) : 0;
+                          strprintf("tensor '%s' is already %s with group size %u; %s/%u is only made from float "
+                                    "types (repack to f32 first)",
+                                    t.name.c_str(), image::dtype_name(t.dtype), t.group_size,
+                                    image::dtype_name(s.dtype), s.group_size));
     }
     specs.push_back(std::move(s));
   }
@@ -316,9 +328,11 @@ int run_repack(int argc, char **argv) {
                            "Rewrite an image with other dtypes or alignment, or to/from the zstd distribution form. "
                            "Without options, rewrite it as it is: the header's model fields are recomputed from the "
                            "metadata and the padding is zeroed.");
-  options.add_options()("dtype", "convert matrix weights to f32|f16|bf16|q8 (vectors and routers stay f32)",
+  options.add_options()("dtype",
+                        "convert matrix weights to f32|f16|bf16|q8|q8f16|q4|mxfp4 (vectors and routers stay f32; "
+                        "q4 and mxfp4: the experts, the other matrices q8f16)",
                         cxxopts::value<std::string>())(
-      "group-size", "q8 group size along each row: 32 or 64", cxxopts::value<uint32_t>()->default_value("32"))(
+      "group-size", "group size along each row: q8 32 or 64, q4 32, 64 or 128", cxxopts::value<uint32_t>()->default_value("32"))(
       "align", "tensor alignment in bytes (power of two, 64..2097152)", cxxopts::value<uint64_t>())(
       "compress", "write the zstd distribution form (.colibri.zst)")(
       "decompress", "restore the byte-identical image from a .colibri.zst")(
@@ -346,12 +360,14 @@ int run_repack(int argc, char **argv) {
   r.zstd_level = (*args)["level"].as<int>();
   r.threads = (*args)["threads"].as<unsigned>();
   r.group_size = (*args)["group-size"].as<uint32_t>();
-  if (r.group_size != 32 && r.group_size != 64) return usage(strprintf("--group-size %u: use 32 or 64", r.group_size));
+  if (r.group_size != 32 && r.group_size != 64 && r.group_size != 128)
+    return usage(strprintf("--group-size %u: use 32 or 64 (q8), 32, 64 or 128 (q4)", r.group_size));
   if (r.zstd_level < 1 || r.zstd_level > 19) return usage(strprintf("--level %d: use 1..19", r.zstd_level));
   if (args->count("dtype")) {
     r.change_dtype = true;
     std::string name = (*args)["dtype"].as<std::string>();
-    if (!image::dtype_from_name(name.c_str(), &r.dtype)) return usage("--dtype '" + name + "': use f32, f16, bf16 or q8");
+    if (!image::dtype_from_name(name.c_str(), &r.dtype))
+      return usage("--dtype '" + name + "': use f32, f16, bf16, q8, q8f16, q4 or mxfp4");
   }
   if (args->count("align")) {
     r.alignment = (*args)["align"].as<uint64_t>();

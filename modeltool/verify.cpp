@@ -24,7 +24,8 @@ using util::strprintf;
 
 unsigned long long ull(uint64_t v) { return static_cast<unsigned long long>(v); }
 
-// Index of the first non-finite element of `t`, or -1. Q8 checks its scales.
+// Index of the first non-finite element of `t`, or -1. The block dtypes check their scales
+// (the first element of the block is reported).
 int64_t first_non_finite(const image::Image &img, const image::TensorInfo &t) {
   const unsigned char *p = img.data(t);
   uint64_t n = t.element_count();
@@ -58,6 +59,23 @@ int64_t first_non_finite(const image::Image &img, const image::TensorInfo &t) {
         std::memcpy(&scale, p + b * stride, 4);
         if (!std::isfinite(scale)) return static_cast<int64_t>(b * t.group_size);
       }
+      return -1;
+    }
+    case image::DType::Q4:
+    case image::DType::Q8F16: {  // an f16 scale first in every block
+      const uint64_t blocks = n / t.group_size;
+      const uint64_t stride = t.dtype == image::DType::Q4 ? image::q4_block_bytes(t.group_size) : image::kQ8F16BlockBytes;
+      for (uint64_t b = 0; b < blocks; ++b) {
+        uint16_t h;
+        std::memcpy(&h, p + b * stride, 2);
+        if ((h & 0x7C00) == 0x7C00) return static_cast<int64_t>(b * t.group_size);
+      }
+      return -1;
+    }
+    case image::DType::MXFP4: {  // the e8m0 scale first in every block; 255 is NaN
+      const uint64_t blocks = n / image::kMxfp4GroupSize;
+      for (uint64_t b = 0; b < blocks; ++b)
+        if (p[b * image::kMxfp4BlockBytes] == image::kE8m0Nan) return static_cast<int64_t>(b * image::kMxfp4GroupSize);
       return -1;
     }
   }

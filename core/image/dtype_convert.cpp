@@ -33,8 +33,8 @@ void decode_floats(DType dtype, const void *src, size_t count, float *dst) {
     case DType::BF16:
       scalar.bf16_to_f32(static_cast<const uint16_t *>(src), dst, count);
       break;
-    case DType::Q8:
-      break;  // not a float dtype: callers use dequantize_row_q8
+    default:
+      break;  // not a float dtype: callers use dequantize_row
   }
 }
 
@@ -50,8 +50,8 @@ void encode_floats(DType dtype, const float *src, size_t count, void *dst) {
     case DType::BF16:
       scalar.f32_to_bf16(src, static_cast<uint16_t *>(dst), count);
       break;
-    case DType::Q8:
-      break;
+    default:
+      break;  // not a float dtype: callers use quantize_row
   }
 }
 
@@ -96,13 +96,32 @@ size_t first_overflow(DType dtype, const float *src, size_t count) {
   return count;
 }
 
+// Block dtypes with an f16 scale cannot scale groups whose magnitudes reach these (the scale
+// would overflow f16's 65504).
+static constexpr float kQ8F16MaxMagnitude = 65504.0f * 127.0f;
+static constexpr float kQ4MaxMagnitude = 65504.0f * 8.0f;
+
 size_t first_unstorable(DType dtype, const float *src, size_t count) {
-  return dtype == DType::Q8 ? first_non_finite(src, count) : first_overflow(dtype, src, count);
+  switch (dtype) {
+    case DType::Q8:
+    case DType::MXFP4: return first_non_finite(src, count);
+    case DType::Q8F16:
+    case DType::Q4: {
+      const float limit = dtype == DType::Q4 ? kQ4MaxMagnitude : kQ8F16MaxMagnitude;
+      for (size_t i = 0; i < count; ++i)
+        if (!(std::fabs(src[i]) < limit)) return i;
+      return count;
+    }
+    default: return first_overflow(dtype, src, count);
+  }
 }
 
 const char *unstorable_reason(DType dtype) {
   switch (dtype) {
     case DType::Q8: return "q8 cannot store NaN or infinity";
+    case DType::MXFP4: return "mxfp4 cannot store NaN or infinity";
+    case DType::Q8F16: return "q8f16 cannot store NaN, infinity or a group whose scale (max |x| / 127) overflows f16";
+    case DType::Q4: return "q4 cannot store NaN, infinity or a group whose scale (max |x| / 8) overflows f16";
     case DType::F16: return "beyond the range of f16, it would be stored as infinity";
     case DType::BF16: return "beyond the range of bf16, it would be stored as infinity";
     case DType::F32: break;
@@ -112,7 +131,10 @@ const char *unstorable_reason(DType dtype) {
 
 const char *storable_alternatives(DType dtype) {
   switch (dtype) {
-    case DType::Q8: return "f16, bf16 or f32";
+    case DType::Q8:
+    case DType::MXFP4: return "f16, bf16 or f32";
+    case DType::Q8F16:
+    case DType::Q4: return "q8, bf16 or f32";
     case DType::F16: return "bf16 or f32";
     case DType::BF16:
     case DType::F32: break;
@@ -137,8 +159,175 @@ uint64_t row_bytes(DType dtype, uint32_t group_size, uint64_t cols) {
     case DType::F16:
     case DType::BF16: return cols * 2;
     case DType::Q8: return cols / group_size * q8_block_bytes(group_size);
+    case DType::Q4: return cols / group_size * q4_block_bytes(group_size);
+    case DType::Q8F16: return cols / kQ8F16GroupSize * kQ8F16BlockBytes;
+    case DType::MXFP4: return cols / kMxfp4GroupSize * kMxfp4BlockBytes;
   }
   return 0;
+}
+
+bool is_block_dtype(DType dtype) {
+  return dtype == DType::Q8 || dtype == DType::Q4 || dtype == DType::Q8F16 || dtype == DType::MXFP4;
+}
+
+namespace {
+
+// round half away from zero, as the q8 rule (a float in range: |t| well below 2^23).
+float round_half_away(float t) {
+  float r = std::trunc(t);
+  const float fraction = t - r;
+  if (fraction >= 0.5f) r += 1.0f;
+  if (fraction <= -0.5f) r -= 1.0f;
+  return r;
+}
+
+float clampf(float v, float lo, float hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+// The 4-bit codes of 32 values into 16 bytes: byte j = code j | code j + 16 << 4.
+void pack_nibbles(const uint8_t *codes, unsigned char *out) {
+  for (uint32_t j = 0; j < kSubBlock / 2; ++j)
+    out[j] = static_cast<unsigned char>((codes[j] & 0x0F) | (codes[j + kSubBlock / 2] << 4));
+}
+
+uint8_t nibble(const unsigned char *packed, uint32_t i) {
+  return i < kSubBlock / 2 ? packed[i] & 0x0F : packed[i - kSubBlock / 2] >> 4;
+}
+
+void quantize_q8f16(const float *x, unsigned char *block) {
+  float amax = 0.0f;
+  for (uint32_t i = 0; i < kQ8F16GroupSize; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+  const uint16_t h = f32_to_f16(amax / 127.0f);
+  const float scale = f16_to_f32(h);
+  std::memcpy(block, &h, 2);
+  for (uint32_t i = 0; i < kQ8F16GroupSize; ++i) {
+    const float q = scale == 0.0f ? 0.0f : clampf(round_half_away(x[i] / scale), -127.0f, 127.0f);
+    block[2 + i] = static_cast<unsigned char>(static_cast<int8_t>(q));
+  }
+}
+
+void quantize_q4(const float *x, uint32_t group_size, unsigned char *block) {
+  float extreme = 0.0f;
+  for (uint32_t i = 0; i < group_size; ++i)
+    if (std::fabs(x[i]) > std::fabs(extreme)) extreme = x[i];
+  const uint16_t h = f32_to_f16(extreme / -8.0f);
+  const float scale = f16_to_f32(h);
+  std::memcpy(block, &h, 2);
+  uint8_t codes[kSubBlock];
+  for (uint32_t s = 0; s < group_size / kSubBlock; ++s) {
+    for (uint32_t i = 0; i < kSubBlock; ++i) {
+      const float v = x[s * kSubBlock + i];
+      const float q = scale == 0.0f ? 0.0f : clampf(round_half_away(v / scale), -8.0f, 7.0f);
+      codes[i] = static_cast<uint8_t>(static_cast<int>(q) + kQ4CodeOffset);
+    }
+    pack_nibbles(codes, block + 2 + s * (kSubBlock / 2));
+  }
+}
+
+// Nearest e2m1 code of a magnitude (ties to the even code, saturating at 6).
+uint8_t e2m1_magnitude_code(float m) {
+  uint8_t best = 0;
+  float best_distance = m;
+  for (uint8_t c = 1; c < 8; ++c) {
+    const float d = std::fabs(m - static_cast<float>(kE2m1Doubled[c]) * 0.5f);
+    if (d < best_distance || (d == best_distance && (c & 1) == 0)) {
+      best = c;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+void quantize_mxfp4(const float *x, unsigned char *block) {
+  float amax = 0.0f;
+  for (uint32_t i = 0; i < kMxfp4GroupSize; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+  constexpr int kE2m1MaxExponent = 2;  // 6 = 1.5 · 2^2
+  int shared = -static_cast<int>(kE8m0Bias);
+  if (amax > 0.0f) {
+    int exponent = 0;
+    std::frexp(amax, &exponent);  // amax = f · 2^exponent, f in [0.5, 1): floor(log2) = exponent − 1
+    shared = exponent - 1 - kE2m1MaxExponent;
+    if (shared < -static_cast<int>(kE8m0Bias)) shared = -static_cast<int>(kE8m0Bias);
+    if (shared > static_cast<int>(kE8m0Bias)) shared = static_cast<int>(kE8m0Bias);
+  }
+  block[0] = static_cast<unsigned char>(shared + static_cast<int>(kE8m0Bias));
+  uint8_t codes[kSubBlock];
+  for (uint32_t i = 0; i < kMxfp4GroupSize; ++i) {
+    const float v = static_cast<float>(std::ldexp(static_cast<double>(x[i]), -shared));
+    codes[i] = static_cast<uint8_t>(e2m1_magnitude_code(std::fabs(v)) | (std::signbit(v) ? 8 : 0));
+  }
+  pack_nibbles(codes, block + 1);
+}
+
+}  // namespace
+
+float e2m1_value(uint8_t code) {
+  const float magnitude = static_cast<float>(kE2m1Doubled[code & 7]) * 0.5f;
+  return (code & 8) ? -magnitude : magnitude;
+}
+
+float e8m0_value(uint8_t e) {
+  if (e == kE8m0Nan) return std::nanf("");
+  return static_cast<float>(std::ldexp(1.0, static_cast<int>(e) - static_cast<int>(kE8m0Bias)));
+}
+
+void quantize_row(DType dtype, uint32_t group_size, const float *src, size_t cols, void *dst) {
+  unsigned char *out = static_cast<unsigned char *>(dst);
+  switch (dtype) {
+    case DType::Q8: quantize_row_q8(src, cols, group_size, dst, nullptr); return;
+    case DType::Q8F16:
+      for (size_t c = 0; c < cols; c += kQ8F16GroupSize, out += kQ8F16BlockBytes) quantize_q8f16(src + c, out);
+      return;
+    case DType::Q4:
+      for (size_t c = 0; c < cols; c += group_size, out += q4_block_bytes(group_size)) quantize_q4(src + c, group_size, out);
+      return;
+    case DType::MXFP4:
+      for (size_t c = 0; c < cols; c += kMxfp4GroupSize, out += kMxfp4BlockBytes) quantize_mxfp4(src + c, out);
+      return;
+    default: return;
+  }
+}
+
+void dequantize_row(DType dtype, uint32_t group_size, const void *src, size_t cols, float *dst) {
+  const unsigned char *in = static_cast<const unsigned char *>(src);
+  switch (dtype) {
+    case DType::Q8: dequantize_row_q8(src, cols, group_size, dst); return;
+    case DType::Q8F16:
+      for (size_t c = 0; c < cols; c += kQ8F16GroupSize, in += kQ8F16BlockBytes) {
+        uint16_t h;
+        std::memcpy(&h, in, 2);
+        const float scale = f16_to_f32(h);
+        for (uint32_t i = 0; i < kQ8F16GroupSize; ++i)
+          dst[c + i] = scale * static_cast<float>(q8_value(static_cast<int8_t>(in[2 + i])));
+      }
+      return;
+    case DType::Q4:
+      for (size_t c = 0; c < cols; c += group_size, in += q4_block_bytes(group_size)) {
+        uint16_t h;
+        std::memcpy(&h, in, 2);
+        const float scale = f16_to_f32(h);
+        for (uint32_t i = 0; i < group_size; ++i)
+          dst[c + i] = scale * static_cast<float>(nibble(in + 2 + (i / kSubBlock) * (kSubBlock / 2), i % kSubBlock) -
+                                                  kQ4CodeOffset);
+      }
+      return;
+    case DType::MXFP4:
+      for (size_t c = 0; c < cols; c += kMxfp4GroupSize, in += kMxfp4BlockBytes) {
+        const float scale = e8m0_value(in[0]);
+        for (uint32_t i = 0; i < kMxfp4GroupSize; ++i) dst[c + i] = scale * e2m1_value(nibble(in + 1, i));
+      }
+      return;
+    default: return;
+  }
+}
+
+void mxfp4_block_from_checkpoint(const uint8_t *pair_packed_codes, uint8_t e8m0, uint8_t *out) {
+  uint8_t codes[kSubBlock];
+  for (uint32_t j = 0; j < kSubBlock / 2; ++j) {
+    codes[2 * j] = pair_packed_codes[j] & 0x0F;
+    codes[2 * j + 1] = pair_packed_codes[j] >> 4;
+  }
+  out[0] = e8m0;
+  pack_nibbles(codes, out + 1);
 }
 
 }  // namespace colibri::image

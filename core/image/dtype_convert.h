@@ -45,7 +45,37 @@ const char *storable_alternatives(DType dtype);
 // Dequantises one Q8 row back to floats.
 void dequantize_row_q8(const void *src, size_t cols, uint32_t group_size, float *dst);
 
-// Bytes of one row of `cols` elements in `dtype` (Q8 needs cols % group_size == 0).
+// Whether `dtype` is a block dtype (Q8, Q4, Q8F16, MXFP4): stored as per-row blocks that
+// quantise_row / dequantize_row read and write (the others are decode_floats/encode_floats').
+bool is_block_dtype(DType dtype);
+
+// Quantises one row of `cols` finite floats (cols % group_size == 0) into blocks of a block
+// dtype, with docs/format.md's rule for it:
+//   Q8     scale = max|x| / 127 (f32), q = round-half-away(x / scale)
+//   Q8F16  s = f16(max|x| / 127), q = round-half-away(x / s) clamped to ±127 (s = 0: q = 0)
+//   Q4     m = the value of largest magnitude (the first), s = f16(m / −8),
+//          q = round-half-away(x / s) clamped to [−8, 7], code q + 8 (s = 0: code 8)
+//   MXFP4  e = clamp(floor(log2 max|x|) − 2, −127, 127) + 127 (max|x| = 0: e = 0), each
+//          x / 2^(e − 127) rounded to the nearest e2m1 value, ties to the even code,
+//          beyond ±6 saturating (OCP Microscaling Formats v1.0, §6.3)
+// Callers refuse non-finite values and scales that overflow f16 first (first_unstorable).
+void quantize_row(DType dtype, uint32_t group_size, const float *src, size_t cols, void *dst);
+// Dequantises one row of a block dtype: value = scale × integer (exact in fp32 except where a
+// product falls below fp32's subnormal range).
+void dequantize_row(DType dtype, uint32_t group_size, const void *src, size_t cols, float *dst);
+
+// The e2m1 value of a 4-bit code (bit 3 the sign, then 2 exponent bits and 1 mantissa bit).
+float e2m1_value(uint8_t code);
+// 2^(e − 127), the value of an e8m0 scale; NaN for 255.
+float e8m0_value(uint8_t e);
+
+// One MXFP4 block from the layout gpt-oss checkpoints ship ("*_blocks" u8 [..., 16] and
+// "*_scales" u8 e8m0): there, byte j of a block holds element 2j in its low nibble and element
+// 2j + 1 in its high nibble. Rewrites the 32 codes into the image's MXFP4 block (kMxfp4BlockBytes
+// bytes: the scale, then byte j = element j | element j + 16 << 4). No value changes.
+void mxfp4_block_from_checkpoint(const uint8_t *pair_packed_codes, uint8_t e8m0, uint8_t *out);
+
+// Bytes of one row of `cols` elements in `dtype` (the block dtypes need cols % group_size == 0).
 uint64_t row_bytes(DType dtype, uint32_t group_size, uint64_t cols);
 
 }  // namespace colibri::image

@@ -11,6 +11,9 @@ const char *dtype_name(DType dtype) {
     case DType::F16: return "f16";
     case DType::BF16: return "bf16";
     case DType::Q8: return "q8";
+    case DType::Q4: return "q4";
+    case DType::Q8F16: return "q8f16";
+    case DType::MXFP4: return "mxfp4";
   }
   return "unknown";
 }
@@ -27,6 +30,35 @@ bool dtype_from_name(const char *name, DType *out) {
 }
 
 bool dtype_is_valid(uint32_t raw) { return raw < kDTypeCount; }
+
+bool group_size_valid(DType dtype, uint32_t group_size) {
+  switch (dtype) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16: return group_size == 0;
+    case DType::Q8:
+      for (uint32_t g : kQ8GroupSizes)
+        if (g == group_size) return true;
+      return false;
+    case DType::Q4:
+      for (uint32_t g : kQ4GroupSizes)
+        if (g == group_size) return true;
+      return false;
+    case DType::Q8F16: return group_size == kQ8F16GroupSize;
+    case DType::MXFP4: return group_size == kMxfp4GroupSize;
+  }
+  return false;
+}
+
+static uint64_t block_bytes(DType dtype, uint32_t group_size) {
+  switch (dtype) {
+    case DType::Q8: return q8_block_bytes(group_size);
+    case DType::Q4: return q4_block_bytes(group_size);
+    case DType::Q8F16: return kQ8F16BlockBytes;
+    case DType::MXFP4: return kMxfp4BlockBytes;
+    default: return 0;
+  }
+}
 
 static bool mul_overflows(uint64_t a, uint64_t b, uint64_t *out) {
   return __builtin_mul_overflow(a, b, out);
@@ -49,13 +81,14 @@ bool tensor_data_bytes(DType dtype, uint32_t group_size, uint32_t rank, const ui
     case DType::BF16:
       if (group_size != 0 || mul_overflows(elements, 2, &bytes)) return false;
       break;
-    case DType::Q8: {
-      bool known = false;
-      for (uint32_t g : kQ8GroupSizes) known = known || g == group_size;
-      if (!known) return false;
+    case DType::Q8:
+    case DType::Q4:
+    case DType::Q8F16:
+    case DType::MXFP4: {
+      if (!group_size_valid(dtype, group_size)) return false;
       uint64_t cols = shape[rank - 1];
       if (cols % group_size != 0) return false;
-      if (mul_overflows(elements / group_size, q8_block_bytes(group_size), &bytes)) return false;
+      if (mul_overflows(elements / group_size, block_bytes(dtype, group_size), &bytes)) return false;
       break;
     }
     default:

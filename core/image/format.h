@@ -28,8 +28,14 @@ inline constexpr unsigned char kMagic[8] = {'C', 'O', 'L', 'I', 'B', 'R', 'I', '
 inline constexpr uint64_t kMagicDisplay = 0x434F4C4942524900ull;  // bytes in file order
 
 // Format versions. A reader opens every version in [kMinReadableVersion, kFormatVersion].
-inline constexpr uint32_t kFormatVersion = 1;
+// Version 2 added the dtypes Q4, Q8F16 and MXFP4 and nothing else: the layout of the header,
+// the directory and every version-1 dtype is unchanged. The writer stamps the lowest version
+// that can hold the image's dtypes (min_version_for), so an image of f32/f16/bf16/q8 tensors
+// is still a version-1 file that older builds open; a version-1 file that names a version-2
+// dtype is refused as damaged.
+inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr uint32_t kMinReadableVersion = 1;
+inline constexpr uint32_t kFirstVersionWithQ4 = 2;  // also Q8F16 and MXFP4
 
 inline constexpr uint64_t kHeaderSize = 256;
 inline constexpr uint64_t kTensorEntrySize = 128;
@@ -46,11 +52,18 @@ enum class DType : uint32_t {
   F32 = 0,
   F16 = 1,
   BF16 = 2,
-  Q8 = 3,  // int8 weights, one f32 scale per group along the last dimension (see Q8 below)
-  // 4 is reserved for Q4 (int4 group-scaled), not implemented in format version 1.
+  Q8 = 3,     // int8 weights, one f32 scale per group along the last dimension (see Q8 below)
+  Q4 = 4,     // version 2: symmetric int4, one f16 scale per group of 32, 64 or 128 (see Q4)
+  Q8F16 = 5,  // version 2: int8, one f16 scale per group of 32 (llama.cpp's Q8_0 block)
+  MXFP4 = 6,  // version 2: OCP MX FP4 (e2m1 values, one e8m0 scale per 32) (see MXFP4)
 };
 
-inline constexpr uint32_t kDTypeCount = 4;
+inline constexpr uint32_t kDTypeCount = 7;
+
+// The lowest format version that can hold a tensor of this dtype.
+inline constexpr uint32_t min_version_for(DType dtype) {
+  return static_cast<uint32_t>(dtype) >= static_cast<uint32_t>(DType::Q4) ? kFirstVersionWithQ4 : 1u;
+}
 
 // Q8 block layout: a tensor of shape [..., cols] is stored row after row; each row is
 // cols / group_size blocks, each block is { float scale; int8_t q[group_size]; } with no
@@ -65,9 +78,36 @@ inline constexpr uint64_t q8_block_bytes(uint32_t group_size) { return 4u + grou
 inline constexpr int kQ8MinValue = -127;
 inline constexpr int32_t q8_value(int8_t q) { return q < kQ8MinValue ? kQ8MinValue : q; }
 
+// The version-2 block dtypes. Each is a sequence of blocks per row (cols % group == 0), packed
+// with no padding; value = scale · integer. Within every 32 values ("a sub-block") the 4-bit
+// codes are packed 16 bytes: byte j holds value j in its low nibble and value j + 16 in its
+// high nibble (one 16-byte load, a shift and a mask give the 32 codes in order).
+//   Q4     { f16 scale; u8 codes[G / 2]; }   2 + G/2 bytes (18 / 34 / 66 for G = 32 / 64 / 128);
+//          value = scale · (code − 8), code in 0..15 (int4 −8..7).
+//   Q8F16  { f16 scale; int8 q[32]; }        34 bytes; value = scale · q8_value(q).
+//   MXFP4  { u8 e8m0; u8 codes[16]; }        17 bytes; value = 2^(e8m0 − 127) · e2m1(code),
+//          e2m1 code s·eem: sign s, magnitude {0, 0.5, 1, 1.5, 2, 3, 4, 6}[eem]; e8m0 255 is NaN.
+inline constexpr uint32_t kQ4GroupSizes[3] = {32, 64, 128};
+inline constexpr uint32_t kQ4DefaultGroupSize = 32;
+inline constexpr uint32_t kSubBlock = 32;          // values per 16 bytes of 4-bit codes
+inline constexpr uint32_t kQ8F16GroupSize = 32;
+inline constexpr uint32_t kMxfp4GroupSize = 32;
+inline constexpr int kQ4CodeOffset = 8;            // int4 value = code - 8
+inline constexpr uint32_t kE8m0Bias = 127;
+inline constexpr uint32_t kE8m0Nan = 255;
+inline constexpr uint64_t q4_block_bytes(uint32_t group_size) { return 2u + group_size / 2; }
+inline constexpr uint64_t kQ8F16BlockBytes = 2 + kQ8F16GroupSize;
+inline constexpr uint64_t kMxfp4BlockBytes = 1 + kMxfp4GroupSize / 2;
+// Twice the e2m1 magnitudes (integers), indexed by the 3 low bits of a code.
+inline constexpr int kE2m1Doubled[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+
+// Whether `group_size` is one `dtype` takes (Q8: 32/64; Q4: 32/64/128; Q8F16, MXFP4: 32;
+// float dtypes: 0).
+bool group_size_valid(DType dtype, uint32_t group_size);
+
 struct FileHeader {
   unsigned char magic[8];       // "COLIBRI\0"
-  uint32_t version;             // kFormatVersion at write time
+  uint32_t version;             // the lowest version holding its dtypes (min_version_for)
   uint32_t header_size;         // kHeaderSize; lets later versions grow the header
   uint64_t file_size;           // total bytes the image must have (truncation check)
   // The fields of the original Colibri container, widened to 64 bits:
@@ -117,7 +157,7 @@ struct TensorEntry {
   uint32_t name_length;   // bytes, 1..kMaxNameLength
   uint32_t dtype;         // DType
   uint32_t rank;          // 1..kMaxTensorRank
-  uint32_t group_size;    // Q8: 32 or 64; 0 for other dtypes
+  uint32_t group_size;    // Q8: 32/64; Q4: 32/64/128; Q8F16, MXFP4: 32; float dtypes: 0
   uint64_t shape[4];      // outermost first (row-major); unused dims are 0
   uint64_t data_offset;   // absolute, multiple of data_alignment
   uint64_t data_size;     // bytes, must equal what dtype and shape imply
@@ -137,7 +177,7 @@ static_assert(offsetof(TensorEntry, data_size) == 64);
 static_assert(offsetof(TensorEntry, checksum) == 72);
 static_assert(offsetof(TensorEntry, reserved) == 80);
 
-const char *dtype_name(DType dtype);                 // "f32", "f16", "bf16", "q8"
+const char *dtype_name(DType dtype);                 // "f32", "f16", "bf16", "q8", "q4", "q8f16", "mxfp4"
 bool dtype_from_name(const char *name, DType *out);  // inverse; false if unknown
 bool dtype_is_valid(uint32_t raw);
 

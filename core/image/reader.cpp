@@ -387,6 +387,9 @@ Error Image::validate() {
     for (uint32_t d = e.rank; d < kMaxTensorRank; ++d)
       if (e.shape[d] != 0) return corrupt(strprintf("tensor '%s': unused shape dimension %u is not zero", tn, d));
     t.dtype = static_cast<DType>(e.dtype);
+    if (min_version_for(t.dtype) > header_.version)
+      return corrupt(strprintf("tensor '%s': dtype %s needs format version %u, but the image is version %u", tn,
+                               dtype_name(t.dtype), min_version_for(t.dtype), header_.version));
     t.group_size = e.group_size;
     t.rank = e.rank;
     std::copy(e.shape, e.shape + kMaxTensorRank, t.shape);

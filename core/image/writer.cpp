@@ -3,6 +3,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_set>
 
@@ -81,7 +82,10 @@ Error ImageWriter::begin(const std::string &path, const WriterOptions &options, 
 
   header_ = FileHeader{};
   std::memcpy(header_.magic, kMagic, sizeof kMagic);
-  header_.version = kFormatVersion;
+  // The lowest version that holds every dtype of the image (format.h): images without the
+  // version-2 dtypes stay version 1, which builds before version 2 still open.
+  header_.version = 1;
+  for (const TensorSpec &s : specs_) header_.version = std::max(header_.version, min_version_for(s.dtype));
   header_.header_size = static_cast<uint32_t>(kHeaderSize);
   header_.expert_count = fields.expert_count;
   header_.expert_size_bytes = fields.expert_size_bytes;

@@ -20,6 +20,9 @@ using util::strprintf;
 static_assert(static_cast<uint32_t>(kernels::DType::Q8) == static_cast<uint32_t>(image::DType::Q8));
 static_assert(static_cast<uint32_t>(kernels::DType::BF16) == static_cast<uint32_t>(image::DType::BF16));
 static_assert(static_cast<uint32_t>(kernels::DType::F16) == static_cast<uint32_t>(image::DType::F16));
+static_assert(static_cast<uint32_t>(kernels::DType::Q4) == static_cast<uint32_t>(image::DType::Q4));
+static_assert(static_cast<uint32_t>(kernels::DType::Q8F16) == static_cast<uint32_t>(image::DType::Q8F16));
+static_assert(static_cast<uint32_t>(kernels::DType::MXFP4) == static_cast<uint32_t>(image::DType::MXFP4));
 
 namespace {
 

@@ -51,7 +51,44 @@ inline std::string layer_tensor(uint64_t layer, const char *role) {
 // Parses "blk.<n>.<role>"; false for global tensors.
 bool parse_layer_tensor(const std::string &name, uint64_t *layer, std::string *role);
 
-// Storage policy: which dtype a tensor gets when an image is written with `requested`.
+// Tensor classes: what the converter's `--tensor-dtype CLASS=DTYPE` names and `inspect`
+// groups by. Vectors are every rank-1 tensor (norms, biases); routers are ffn_gate_inp and
+// ffn_gate_inp_shexp.
+enum class TensorClass : uint32_t { Embeddings, Output, Attention, Experts, SharedExpert, DenseFfn, Router, Vectors };
+inline constexpr size_t kTensorClassCount = 8;
+// "embeddings", "output", "attention", "experts", "shared_expert", "dense_ffn", "router", "vectors"
+const char *tensor_class_name(TensorClass c);
+bool tensor_class_from_name(const std::string &name, TensorClass *out);
+TensorClass tensor_class(const std::string &name, uint32_t rank);
+
+// How a converter or repack chooses each tensor's dtype. `requested` is --dtype, group_size
+// --group-size (used by q8 and q4), overrides the --tensor-dtype choices per class.
+struct StoragePolicy {
+  image::DType requested = image::DType::F16;
+  uint32_t group_size = image::kQ8DefaultGroupSize;
+  bool has_override[kTensorClassCount] = {};
+  image::DType override_dtype[kTensorClassCount] = {};
+};
+struct StorageChoice {
+  image::DType dtype = image::DType::F32;
+  uint32_t group_size = 0;  // 0 for the float dtypes
+};
+// The dtype a class gets before the row-length fallback: its override, else vectors and
+// routers f32; with --dtype q4 or mxfp4 only the experts take it and every other matrix class
+// q8f16 (kFourBitCompanion); otherwise every matrix class takes `requested`.
+inline constexpr image::DType kFourBitCompanion = image::DType::Q8F16;
+image::DType class_dtype(const StoragePolicy &policy, TensorClass c);
+// The stored dtype and group size of one tensor. A block dtype needs the last dimension to be
+// a multiple of its group: otherwise q4 falls back to q8f16 (when the row is a multiple of
+// 32), and every block dtype finally to f16.
+StorageChoice storage_choice(const StoragePolicy &policy, const std::string &name, uint32_t rank, uint64_t last_dim);
+// Empty when the policy is usable; else why not: an override of vectors or routers to a type
+// other than f32 (the engine reads them as f32), or a chosen q8/q4 that does not take
+// group_size (q8: 32 or 64; q4: 32, 64 or 128).
+std::string policy_error(const StoragePolicy &policy);
+
+// Storage policy: which dtype a tensor gets when an image is written with `requested`
+// (storage_choice with no overrides).
 // Vectors (rank 1: norms, biases) and the routers stay f32 (routing runs in fp32 and the
 // router is tiny); Q8 also needs the last dimension to be a multiple of the group size,
 // otherwise the tensor stays in `fallback` (the best float type for the request).

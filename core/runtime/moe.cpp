@@ -59,18 +59,22 @@ Error Session::run_experts(uint32_t layer, const model::LayerWeights &w, const f
       std::memcpy(&b.gathered[row * H], &input[b.row_token[row] * H], H * sizeof(float));
     });
   }
-  // q8 experts: quantise each token's activations once and share them among its k experts
-  // (bitwise the same as letting every kernel call quantise its own copy).
+  // Experts of the q8-activation dtypes (q8, q4, q8f16, mxfp4): quantise each token's
+  // activations once and share them among its k experts (bitwise the same as letting every
+  // kernel call quantise its own copy).
   const model::WeightMatrix &gate_w = w.experts_gate, &up_w = w.experts_up, &down_w = w.experts_down;
-  const bool q8_in = !expert_hook_.fn && gate_w.dtype == kernels::DType::Q8 && up_w.dtype == kernels::DType::Q8 &&
-                     gate_w.group_size == up_w.group_size;
-  const bool q8_down = !expert_hook_.fn && down_w.dtype == kernels::DType::Q8;
-  const size_t in_row_q8 = q8_in ? kernels::row_bytes(kernels::DType::Q8, gate_w.group_size, H) : 0;
-  const size_t down_row_q8 = q8_down ? kernels::row_bytes(kernels::DType::Q8, down_w.group_size, F) : 0;
+  const uint32_t in_group = kernels::activation_group_size(gate_w.dtype, gate_w.group_size);
+  const uint32_t down_group = kernels::activation_group_size(down_w.dtype, down_w.group_size);
+  const bool q8_in = !expert_hook_.fn && kernels::takes_q8_activations(gate_w.dtype) &&
+                     kernels::takes_q8_activations(up_w.dtype) &&
+                     in_group == kernels::activation_group_size(up_w.dtype, up_w.group_size);
+  const bool q8_down = !expert_hook_.fn && kernels::takes_q8_activations(down_w.dtype);
+  const size_t in_row_q8 = q8_in ? kernels::row_bytes(kernels::DType::Q8, in_group, H) : 0;
+  const size_t down_row_q8 = q8_down ? kernels::row_bytes(kernels::DType::Q8, down_group, F) : 0;
   if (q8_in) {
     StageTimer timer(stats_, Stage::Dispatch);
     pool_->parallel_for(count, [&](size_t t, size_t) {
-      kernels_->quantize_row_q8(&input[t * H], H, gate_w.group_size, &b.tokens_q8[t * in_row_q8]);
+      kernels_->quantize_row_q8(&input[t * H], H, in_group, &b.tokens_q8[t * in_row_q8]);
     });
     pool_->parallel_for(count * K, [&](size_t row, size_t) {
       std::memcpy(&b.gathered_q8[row * in_row_q8], &b.tokens_q8[b.row_token[row] * in_row_q8], in_row_q8);
@@ -122,10 +126,10 @@ Error Session::run_experts(uint32_t layer, const model::LayerWeights &w, const f
       const size_t first = b.expert_offset[task.expert], n = b.expert_offset[task.expert + 1] - first;
       if (q8_in) {
         auto fn = matmul_q8_fn(n);
-        fn(gate_w.matrix(task.expert), gate_w.group_size, H, task.row_begin, task.row_end,
+        fn(gate_w.matrix(task.expert), gate_w.dtype, gate_w.group_size, H, task.row_begin, task.row_end,
            &b.gathered_q8[first * in_row_q8], n, &b.gate[first * F], F);
-        fn(up_w.matrix(task.expert), up_w.group_size, H, task.row_begin, task.row_end, &b.gathered_q8[first * in_row_q8],
-           n, &b.up[first * F], F);
+        fn(up_w.matrix(task.expert), up_w.dtype, up_w.group_size, H, task.row_begin, task.row_end,
+           &b.gathered_q8[first * in_row_q8], n, &b.up[first * F], F);
       } else {
         auto fn = matmul_fn(n);
         fn(gate_w.matrix(task.expert), gate_w.dtype, gate_w.group_size, H, task.row_begin, task.row_end,
@@ -141,14 +145,14 @@ Error Session::run_experts(uint32_t layer, const model::LayerWeights &w, const f
     // quantised once, not once per stripe).
     if (q8_down)
       pool_->parallel_for(count * K, [&](size_t row, size_t) {
-        kernels_->quantize_row_q8(&b.gate[row * F], F, down_w.group_size, &b.gathered_q8[row * down_row_q8]);
+        kernels_->quantize_row_q8(&b.gate[row * F], F, down_group, &b.gathered_q8[row * down_row_q8]);
       });
     build_tasks(H);
     pool_->parallel_for(b.tasks.size(), [&](size_t i, size_t) {
       const ExpertTask task = b.tasks[i];
       const size_t first = b.expert_offset[task.expert], n = b.expert_offset[task.expert + 1] - first;
       if (q8_down)
-        matmul_q8_fn(n)(down_w.matrix(task.expert), down_w.group_size, F, task.row_begin, task.row_end,
+        matmul_q8_fn(n)(down_w.matrix(task.expert), down_w.dtype, down_w.group_size, F, task.row_begin, task.row_end,
                         &b.gathered_q8[first * down_row_q8], n, &b.expert_out[first * H], H);
       else
         matmul_fn(n)(down_w.matrix(task.expert), down_w.dtype, down_w.group_size, F, task.row_begin, task.row_end,

@@ -250,7 +250,9 @@ void Session::embed(const BatchEntry *entries, size_t count) {
       case kernels::DType::F32: std::memcpy(out, row, H * 4); break;
       case kernels::DType::F16: kernels_->f16_to_f32(reinterpret_cast<const uint16_t *>(row), out, H); break;
       case kernels::DType::BF16: kernels_->bf16_to_f32(reinterpret_cast<const uint16_t *>(row), out, H); break;
-      case kernels::DType::Q8: image::dequantize_row_q8(row, H, e.group_size, out); break;
+      default:
+        image::dequantize_row(static_cast<image::DType>(e.dtype), e.group_size, row, H, out);
+        break;
     }
   });
   stats_.weight_bytes_read += count * e.row_bytes;
@@ -281,11 +283,13 @@ void Session::matmuls(const MatmulJob *jobs, size_t job_count, const float *x, s
     *rows = jobs[j].w->rows;
     *row_bytes = jobs[j].w->row_bytes;
   };
-  // q8 weights: quantise the input once for the call (with the first q8 matrix's group size)
-  // instead of once per task in the kernel; bitwise the same products.
+  // Weights of the q8-activation dtypes: quantise the input once for the call (with the
+  // activation group of the first such matrix) instead of once per task in the kernel;
+  // bitwise the same products.
   uint32_t q8_group = 0;
   for (size_t j = 0; j < job_count && !q8_group; ++j)
-    if (jobs[j].w->dtype == kernels::DType::Q8) q8_group = jobs[j].w->group_size;
+    if (kernels::takes_q8_activations(jobs[j].w->dtype))
+      q8_group = kernels::activation_group_size(jobs[j].w->dtype, jobs[j].w->group_size);
   const size_t cols = jobs[0].w->cols;
   const size_t q8_row = q8_group ? kernels::row_bytes(kernels::DType::Q8, q8_group, cols) : 0;
   unsigned char *x_q8 = buffers_->matmul_q8.data();
@@ -301,8 +305,8 @@ void Session::matmuls(const MatmulJob *jobs, size_t job_count, const float *x, s
       const model::WeightMatrix &w = *job.w;
       const size_t begin = j == first.matrix ? first.row : 0, end = j == last.matrix ? last.row : w.rows;
       if (begin >= end) continue;
-      if (w.dtype == kernels::DType::Q8 && w.group_size == q8_group)
-        fn_q8(w.data, w.group_size, w.cols, begin, end, x_q8, count, job.y, job.y_stride);
+      if (kernels::takes_q8_activations(w.dtype) && kernels::activation_group_size(w.dtype, w.group_size) == q8_group)
+        fn_q8(w.data, w.dtype, w.group_size, w.cols, begin, end, x_q8, count, job.y, job.y_stride);
       else
         fn(w.data, w.dtype, w.group_size, w.cols, begin, end, x, count, job.y, job.y_stride);
     }

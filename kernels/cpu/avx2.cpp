@@ -140,6 +140,10 @@ constexpr int kQ8DecodeRows(int tokens) { return tokens == 1 ? 12 : tokens == 2 
 constexpr int kQ8GemmRows = 2;
 constexpr int kQ8GemmTokens = 4;
 
+// Exact f16 -> fp32 of a block scale (F16C), the same bits as the scalar conversion.
+inline float f16_scale(uint16_t h) { return _cvtsh_ss(h); }
+
+#include "kernels/cpu/quant_formats.inl"
 #include "kernels/cpu/q8_avx2.inl"
 #include "kernels/cpu/matmul_generic.inl"
 #include "kernels/cpu/elementwise_simd.inl"

@@ -26,12 +26,19 @@ void check_q8_args(uint32_t group_size, size_t cols) {
   if (cols % group_size != 0) fail("q8 cols must be a multiple of group_size", cols, group_size);
 }
 
+void check_q8_activation_dtype(DType dtype) {
+  if (!takes_q8_activations(dtype))
+    fail("the q8-activation entries take q8, q4, q8f16 or mxfp4 weights", static_cast<uint32_t>(dtype), 0);
+}
+
 void check_matmul_args(const void *weights, DType dtype, uint32_t group_size, size_t cols,
                        size_t row_begin, size_t row_end, const void *x, size_t token_count,
                        const float *y, size_t y_stride) {
-  if (static_cast<uint32_t>(dtype) > static_cast<uint32_t>(DType::Q8))
+  if (static_cast<uint32_t>(dtype) > static_cast<uint32_t>(DType::MXFP4))
     fail("unknown weight dtype", static_cast<uint32_t>(dtype), 0);
   if (dtype == DType::Q8) check_q8_args(group_size, cols);
+  if (takes_q8_activations(dtype) && !weights_supported(dtype, group_size, cols))
+    fail("group_size not taken by this dtype, or cols not a multiple of it", group_size, cols);
   if (row_begin > row_end) fail("row_begin > row_end", row_begin, row_end);
   if (row_begin == row_end || token_count == 0) return;
   if (weights == nullptr || x == nullptr || y == nullptr) fail("null weights, x or y", 0, 0);
@@ -46,6 +53,9 @@ size_t row_bytes(DType dtype, uint32_t group_size, size_t cols) {
     case DType::F16:
     case DType::BF16: return cols * 2;
     case DType::Q8: return group_size == 0 ? 0 : cols / group_size * q8_block_bytes(group_size);
+    case DType::Q4: return group_size == 0 ? 0 : cols / group_size * q4_block_bytes(group_size);
+    case DType::Q8F16: return cols / kSubBlock * kQ8F16BlockBytes;
+    case DType::MXFP4: return cols / kSubBlock * kMxfp4BlockBytes;
   }
   return 0;
 }
@@ -58,6 +68,12 @@ bool weights_supported(DType dtype, uint32_t group_size, size_t cols) {
     case DType::Q8:
       return (group_size == kQ8GroupSizeSmall || group_size == kQ8GroupSizeLarge) &&
              cols % group_size == 0;
+    case DType::Q4:
+      for (uint32_t g : kQ4GroupSizes)
+        if (g == group_size) return cols % group_size == 0;
+      return false;
+    case DType::Q8F16:
+    case DType::MXFP4: return group_size == kSubBlock && cols % kSubBlock == 0;
   }
   return false;
 }
@@ -87,6 +103,9 @@ const char *dtype_name(DType dtype) {
     case DType::F16: return "f16";
     case DType::BF16: return "bf16";
     case DType::Q8: return "q8";
+    case DType::Q4: return "q4";
+    case DType::Q8F16: return "q8f16";
+    case DType::MXFP4: return "mxfp4";
   }
   return "unknown";
 }

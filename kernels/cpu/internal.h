@@ -32,6 +32,8 @@ void check_matmul_args(const void *weights, DType dtype, uint32_t group_size, si
                        size_t row_begin, size_t row_end, const void *x, size_t token_count,
                        const float *y, size_t y_stride);
 void check_q8_args(uint32_t group_size, size_t cols);
+// The *_q8 entries take only the dtypes that multiply q8 activations (takes_q8_activations).
+void check_q8_activation_dtype(DType dtype);
 
 // Scalar conversions (IEEE binary16 and bfloat16, round to nearest even on narrowing).
 float f16_to_f32_scalar(uint16_t h);

@@ -18,9 +18,9 @@
 //     points reduce in the same order (one fp32 accumulator per SIMD lane along cols, lane
 //     partial sums combined by one fixed tree). They are bitwise identical.
 //   * Across ISAs, f32/f16/bf16 results agree within 1e-5 · Σ|w·x| (different lane counts and
-//     FMA vs. separate multiply-add). q8 results are bitwise identical across ISAs: each
-//     block's int8·int8 sum is exact in int32, and the fp32 chain over blocks is the same
-//     sequence of operations everywhere.
+//     FMA vs. separate multiply-add). q8, q4, q8f16 and mxfp4 results are bitwise identical
+//     across ISAs: each block's integer sum is exact in int32, and the fp32 chain over blocks
+//     is the same sequence of operations everywhere.
 //   * Non-finite inputs propagate (a NaN/Inf activation makes the affected outputs
 //     non-finite); they never turn into silent finite garbage.
 #pragma once
@@ -37,7 +37,7 @@ enum class Isa : uint32_t { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 
 // Weight element types. The numeric values equal colibri::image::DType (core/image/format.h)
 // so core can convert with a static_cast (core static_asserts the equality).
-enum class DType : uint32_t { F32 = 0, F16 = 1, BF16 = 2, Q8 = 3 };
+enum class DType : uint32_t { F32 = 0, F16 = 1, BF16 = 2, Q8 = 3, Q4 = 4, Q8F16 = 5, MXFP4 = 6 };
 
 // Q8 layout (same as the image format): a row of `cols` values is cols / group_size blocks,
 // each { float scale; int8_t q[group_size]; } with no padding. Value i = scale *
@@ -52,6 +52,38 @@ inline constexpr int kQ8MinValue = -127;
 inline constexpr size_t q8_block_bytes(uint32_t group_size) { return 4u + group_size; }
 inline constexpr int32_t q8_value(int8_t q) { return q < kQ8MinValue ? kQ8MinValue : q; }
 
+// The 4/8-bit block formats of image format version 2 (docs/format.md has the byte layout):
+//   Q4     groups of G = 32, 64 or 128: { f16 scale; u8 codes[G/2] }, value = scale·(code − 8)
+//   Q8F16  groups of 32: { f16 scale; int8 q[32] }, value = scale·q8_value(q)
+//   MXFP4  groups of 32: { u8 e8m0; u8 codes[16] }, value = 2^(e8m0 − 127)·e2m1(code)
+// The 4-bit codes of every 32 values are 16 bytes: byte j holds value j (low nibble) and value
+// j + 16 (high nibble). These weights, like Q8, multiply q8-quantised activations, here always
+// in blocks of 32 (kQ8GroupSizeSmall). The reference rule, the same on every ISA bit for bit:
+// for every 32-value block b of the row, isum_b = Σ w_int[i]·q8_value(x_q[i]) exactly in int32,
+// then acc = acc + (dw_b·dx_b)·float(isum_b) in fp32, b ascending, where w_int is the stored
+// integer (Q4: code − 8; Q8F16: q8_value(q); MXFP4: twice the e2m1 value, an integer in
+// −12..12) and dw_b the block's group scale as fp32 (MXFP4: 2^(e8m0 − 128), which absorbs the
+// doubling; e8m0 255 gives NaN).
+inline constexpr uint32_t kQ4GroupSizes[3] = {32, 64, 128};
+inline constexpr uint32_t kSubBlock = 32;
+inline constexpr int kQ4CodeOffset = 8;
+inline constexpr int kE8m0Bias = 127;
+inline constexpr uint32_t kE8m0Nan = 255;
+inline constexpr size_t q4_block_bytes(uint32_t group_size) { return 2u + group_size / 2; }
+inline constexpr size_t kQ8F16BlockBytes = 2 + kSubBlock;
+inline constexpr size_t kMxfp4BlockBytes = 1 + kSubBlock / 2;
+// Twice the e2m1 value of each 4-bit code (bit 3 is the sign; −0 is 0).
+inline constexpr int8_t kE2m1Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// Whether weights of this dtype multiply q8-quantised activations (Q8, Q4, Q8F16, MXFP4).
+inline constexpr bool takes_q8_activations(DType dtype) {
+  return dtype == DType::Q8 || dtype == DType::Q4 || dtype == DType::Q8F16 || dtype == DType::MXFP4;
+}
+// The q8 group size of the activations such weights multiply: Q8's own, 32 for the others.
+inline constexpr uint32_t activation_group_size(DType dtype, uint32_t group_size) {
+  return dtype == DType::Q8 ? group_size : kQ8GroupSizeSmall;
+}
+
 // Attention probabilities of scores more than 69 below their row's maximum are 0 exactly
 // (attention_softmax): e^-69 ≈ 1e-30, so such a probability is below fp32 resolution next to
 // the maximum's (which is >= 1/n) for any n, and what is kept stays normal after the division
@@ -61,8 +93,8 @@ inline constexpr int32_t q8_value(int8_t q) { return q < kQ8MinValue ? kQ8MinVal
 // transformers keeps those subnormals; the difference to its outputs is < n · 1e-30 · max|v|.
 inline constexpr float kAttentionLogitFloor = -69.0f;
 
-// Bytes of one row of `cols` elements. For Q8, cols must be a multiple of group_size.
-// group_size is ignored for the other dtypes.
+// Bytes of one row of `cols` elements. For the block dtypes, cols must be a multiple of
+// group_size; group_size is ignored for the float dtypes.
 size_t row_bytes(DType dtype, uint32_t group_size, size_t cols);
 
 // True when dtype/group_size/cols describe a matrix the kernels accept.
@@ -73,7 +105,7 @@ Isa best_isa();
 const char *isa_name(Isa isa);    // "scalar", "avx2", "avx512"
 // The inverse of isa_name: false (and *isa untouched) for any other name.
 bool parse_isa(const char *name, Isa *isa);
-const char *dtype_name(DType dtype);  // "f32", "f16", "bf16", "q8"
+const char *dtype_name(DType dtype);  // "f32", "f16", "bf16", "q8", "q4", "q8f16", "mxfp4"
 
 // Weight-row matmul: for rows r in [row_begin, row_end) and tokens t in [0, token_count):
 //   y[t * y_stride + r] = dot(W[r, 0:cols], x[t * cols .. t * cols + cols))
@@ -81,17 +113,18 @@ const char *dtype_name(DType dtype);  // "f32", "f16", "bf16", "q8"
 // fp32; y is indexed by absolute row (y_stride >= row_end). Only the outputs of the range
 // are written. Each weight row is read once per call and applied to all tokens.
 //
-// For Q8 weights this entry quantises x itself (into a bounded stack buffer, in token
-// chunks that fit 64 KiB); when several matrices share one activation (the k experts of a
-// token), quantise once with quantize_row_q8 and call the *_q8 entry instead.
+// For weights that take q8 activations (takes_q8_activations) this entry quantises x itself
+// (into a bounded stack buffer, in token chunks that fit 64 KiB); when several matrices share
+// one activation (the k experts of a token), quantise once with quantize_row_q8 and call the
+// *_q8 entry instead.
 using MatmulFn = void (*)(const void *weights, DType dtype, uint32_t group_size, size_t cols,
                           size_t row_begin, size_t row_end, const float *x, size_t token_count,
                           float *y, size_t y_stride);
 
-// As MatmulFn for Q8 weights with activations already quantised: x_q8 is token_count rows
-// of row_bytes(Q8, group_size, cols) bytes each, made by quantize_row_q8 with the same
-// group_size.
-using MatmulQ8Fn = void (*)(const void *weights, uint32_t group_size, size_t cols,
+// As MatmulFn for weights that take q8 activations (takes_q8_activations(dtype)), with the
+// activations already quantised: x_q8 is token_count rows of row_bytes(Q8, g, cols) bytes
+// each, made by quantize_row_q8 with g = activation_group_size(dtype, group_size).
+using MatmulQ8Fn = void (*)(const void *weights, DType dtype, uint32_t group_size, size_t cols,
                             size_t row_begin, size_t row_end, const void *x_q8,
                             size_t token_count, float *y, size_t y_stride);
 

@@ -6,7 +6,8 @@
 //                      load_bf16[_partial], madd (acc + a·b), reduce8 (8 vectors -> 8 sums)
 //   kDecodeRows(tt)    rows per decode tile for tt tokens (registers hold rows × tt accumulators)
 //   kGemmRows, kGemmTokens   the prefill register tile
-//   template <int GS> struct Q8Tile    a tile kernel type (see "A tile kernel" below)
+//   template <class WF, Path P> struct QTile   the tile kernel of the q8-activation formats
+//                      (quant_formats.inl: WF) (see "A tile kernel" below)
 //   void quantize_row_q8_impl(const float*, size_t, uint32_t, void*)
 //
 // Reduction order (the determinism contract of kernels.h): every output element owns one
@@ -278,64 +279,57 @@ void run_path(const TileArgs &a, size_t rows, size_t tokens) {
 }
 
 template <Path P>
-void matmul_q8_prequantised(const void *weights, uint32_t group_size, size_t cols, size_t row_begin,
-                            size_t row_end, const void *x_q8, size_t token_count, float *y,
-                            size_t y_stride) {
-  const size_t w_stride = (cols / group_size) * block_bytes_q8(group_size);
+void matmul_q8_prequantised(const void *weights, DType dtype, uint32_t group_size, size_t cols, size_t row_begin,
+                            size_t row_end, const void *x_q8, size_t token_count, float *y, size_t y_stride) {
+  const size_t w_stride = row_bytes(dtype, group_size, cols);
+  const uint32_t act = activation_group_size(dtype, group_size);
   TileArgs a{static_cast<const unsigned char *>(weights) + row_begin * w_stride,
              w_stride,
              static_cast<const unsigned char *>(x_q8),
-             w_stride,
+             (cols / act) * block_bytes_q8(act),
              cols,
              y + row_begin,
              y_stride};
   const size_t rows = row_end - row_begin;
-  if (group_size == kQ8GroupSizeSmall) {
-    run_path<P, Q8Tile<32, P>>(a, rows, token_count);
-  } else {
-    run_path<P, Q8Tile<64, P>>(a, rows, token_count);
-  }
+  with_format(dtype, group_size, [&]<class WF>() { run_path<P, QTile<WF, P>>(a, rows, token_count); });
 }
 
 template <Path P>
-void matmul_q8_entry(const void *weights, uint32_t group_size, size_t cols, size_t row_begin,
-                     size_t row_end, const void *x_q8, size_t token_count, float *y,
-                     size_t y_stride) {
-  detail::check_matmul_args(weights, DType::Q8, group_size, cols, row_begin, row_end, x_q8,
-                            token_count, y, y_stride);
+void matmul_q8_entry(const void *weights, DType dtype, uint32_t group_size, size_t cols, size_t row_begin,
+                     size_t row_end, const void *x_q8, size_t token_count, float *y, size_t y_stride) {
+  detail::check_matmul_args(weights, dtype, group_size, cols, row_begin, row_end, x_q8, token_count, y, y_stride);
+  detail::check_q8_activation_dtype(dtype);
   if (row_begin == row_end || token_count == 0) return;
-  matmul_q8_prequantised<P>(weights, group_size, cols, row_begin, row_end, x_q8, token_count, y,
-                            y_stride);
+  matmul_q8_prequantised<P>(weights, dtype, group_size, cols, row_begin, row_end, x_q8, token_count, y, y_stride);
 }
 
 // Rows whose quantised form exceeds the stack buffer (cols > ~58k): quantise each token in
 // pieces and continue every output's fp32 block chain in y between pieces (storing an fp32
-// partial sum and reloading it is exact). Uses the block rule all tiles share, so the bits
-// equal the fast path's. Correct rather than fast; no current model reaches it.
-void q8_rows_beyond_stack(const void *weights, uint32_t group_size, size_t cols,
-                          size_t row_begin, size_t row_end, const float *x, size_t token_count,
-                          float *y, size_t y_stride, unsigned char *buffer, size_t buffer_bytes) {
-  const size_t block_bytes = block_bytes_q8(group_size);
-  const size_t w_stride = (cols / group_size) * block_bytes;
-  const size_t piece_blocks = buffer_bytes / block_bytes;
-  const size_t total_blocks = cols / group_size;
+// partial sum and reloading it is exact). Uses the reference block rule all tiles share, so the
+// bits equal the fast path's. Correct rather than fast; no current model reaches it.
+template <class WF>
+void q8_rows_beyond_stack(const void *weights, size_t w_stride, size_t cols, size_t row_begin, size_t row_end,
+                          const float *x, size_t token_count, float *y, size_t y_stride, unsigned char *buffer,
+                          size_t buffer_bytes) {
+  constexpr uint32_t kAct = WF::kAct;
+  const size_t piece_blocks = buffer_bytes / block_bytes_q8(kAct);
+  const size_t total_blocks = cols / kAct;
   for (size_t t = 0; t < token_count; ++t) {
     for (size_t b0 = 0; b0 < total_blocks; b0 += piece_blocks) {
       const size_t nb = min_size(piece_blocks, total_blocks - b0);
-      quantize_row_q8_impl(x + t * cols + b0 * group_size, nb * group_size, group_size, buffer);
+      quantize_row_q8_impl(x + t * cols + b0 * kAct, nb * kAct, kAct, buffer);
+      // reference_blocks indexes the activation from block 0: hand it the piece's origin.
       for (size_t r = row_begin; r < row_end; ++r) {
         const unsigned char *w = static_cast<const unsigned char *>(weights) + r * w_stride;
         float acc = b0 == 0 ? 0.0f : y[t * y_stride + r];
         for (size_t b = 0; b < nb; ++b) {
-          const unsigned char *wb = w + (b0 + b) * block_bytes;
-          const unsigned char *xb = buffer + b * block_bytes;
-          float dw, dx;
-          std::memcpy(&dw, wb, 4);
+          const unsigned char *xb = buffer + b * block_bytes_q8(kAct);
+          float dx;
           std::memcpy(&dx, xb, 4);
+          const unsigned char *c = WF::codes(w, b0 + b);
           int32_t isum = 0;
-          for (uint32_t i = 0; i < group_size; ++i)
-            isum += q8_value(int8_t(wb[4 + i])) * q8_value(int8_t(xb[4 + i]));
-          acc = acc + (dw * dx) * static_cast<float>(isum);
+          for (uint32_t i = 0; i < kAct; ++i) isum += WF::value(c, static_cast<int>(i)) * q8_value(int8_t(xb[4 + i]));
+          acc = acc + (WF::scale(w, b0 + b) * dx) * static_cast<float>(isum);
         }
         y[t * y_stride + r] = acc;
       }
@@ -343,26 +337,29 @@ void q8_rows_beyond_stack(const void *weights, uint32_t group_size, size_t cols,
   }
 }
 
-// Float activations against q8 weights: quantise as many tokens as fit the stack buffer (64 KiB),
-// run them together, repeat. Results equal the pre-quantised entry's (same quantiser).
+// Float activations against weights that take q8 activations: quantise as many tokens as fit
+// the stack buffer (64 KiB), run them together, repeat. Results equal the pre-quantised
+// entry's (same quantiser).
 template <Path P>
-void matmul_q8_from_float(const void *weights, uint32_t group_size, size_t cols,
-                          size_t row_begin, size_t row_end, const float *x, size_t token_count,
-                          float *y, size_t y_stride) {
+void matmul_q8_from_float(const void *weights, DType dtype, uint32_t group_size, size_t cols, size_t row_begin,
+                          size_t row_end, const float *x, size_t token_count, float *y, size_t y_stride) {
   alignas(64) unsigned char buffer[detail::kQ8StackBytes];
-  const size_t x_row_bytes = (cols / group_size) * block_bytes_q8(group_size);
+  const uint32_t act = activation_group_size(dtype, group_size);
+  const size_t x_row_bytes = (cols / act) * block_bytes_q8(act);
   if (x_row_bytes > sizeof(buffer)) {
-    q8_rows_beyond_stack(weights, group_size, cols, row_begin, row_end, x, token_count, y,
-                         y_stride, buffer, sizeof(buffer));
+    const size_t w_stride = row_bytes(dtype, group_size, cols);
+    with_format(dtype, group_size, [&]<class WF>() {
+      q8_rows_beyond_stack<WF>(weights, w_stride, cols, row_begin, row_end, x, token_count, y, y_stride, buffer,
+                               sizeof(buffer));
+    });
     return;
   }
   const size_t chunk = sizeof(buffer) / x_row_bytes;
   for (size_t t0 = 0; t0 < token_count; t0 += chunk) {
     const size_t n = min_size(chunk, token_count - t0);
-    for (size_t t = 0; t < n; ++t)
-      quantize_row_q8_impl(x + (t0 + t) * cols, cols, group_size, buffer + t * x_row_bytes);
-    matmul_q8_prequantised<P>(weights, group_size, cols, row_begin, row_end, buffer, n,
-                              y + t0 * y_stride, y_stride);
+    for (size_t t = 0; t < n; ++t) quantize_row_q8_impl(x + (t0 + t) * cols, cols, act, buffer + t * x_row_bytes);
+    matmul_q8_prequantised<P>(weights, dtype, group_size, cols, row_begin, row_end, buffer, n, y + t0 * y_stride,
+                              y_stride);
   }
 }
 
@@ -373,9 +370,8 @@ void matmul_entry(const void *weights, DType dtype, uint32_t group_size, size_t 
   detail::check_matmul_args(weights, dtype, group_size, cols, row_begin, row_end, x, token_count,
                             y, y_stride);
   if (row_begin == row_end || token_count == 0) return;
-  if (dtype == DType::Q8) {
-    matmul_q8_from_float<P>(weights, group_size, cols, row_begin, row_end, x, token_count, y,
-                            y_stride);
+  if (takes_q8_activations(dtype)) {
+    matmul_q8_from_float<P>(weights, dtype, group_size, cols, row_begin, row_end, x, token_count, y, y_stride);
     return;
   }
   const size_t w_stride = row_bytes(dtype, group_size, cols);
@@ -391,7 +387,7 @@ void matmul_entry(const void *weights, DType dtype, uint32_t group_size, size_t 
     case DType::F32: run_path<P, FloatTile<DType::F32, P>>(a, rows, token_count); break;
     case DType::F16: run_path<P, FloatTile<DType::F16, P>>(a, rows, token_count); break;
     case DType::BF16: run_path<P, FloatTile<DType::BF16, P>>(a, rows, token_count); break;
-    case DType::Q8: break;
+    default: break;  // the q8-activation dtypes returned above
   }
 }
 
@@ -409,16 +405,12 @@ void gemm_rows_impl(const void *weights, DType dtype, uint32_t group_size, size_
                            y, y_stride);
 }
 
-void matmul_rows_q8_impl(const void *weights, uint32_t group_size, size_t cols, size_t row_begin,
-                         size_t row_end, const void *x_q8, size_t token_count, float *y,
-                         size_t y_stride) {
-  matmul_q8_entry<Path::Decode>(weights, group_size, cols, row_begin, row_end, x_q8, token_count,
-                                y, y_stride);
+void matmul_rows_q8_impl(const void *weights, DType dtype, uint32_t group_size, size_t cols, size_t row_begin,
+                         size_t row_end, const void *x_q8, size_t token_count, float *y, size_t y_stride) {
+  matmul_q8_entry<Path::Decode>(weights, dtype, group_size, cols, row_begin, row_end, x_q8, token_count, y, y_stride);
 }
 
-void gemm_rows_q8_impl(const void *weights, uint32_t group_size, size_t cols, size_t row_begin,
-                       size_t row_end, const void *x_q8, size_t token_count, float *y,
-                       size_t y_stride) {
-  matmul_q8_entry<Path::Gemm>(weights, group_size, cols, row_begin, row_end, x_q8, token_count, y,
-                              y_stride);
+void gemm_rows_q8_impl(const void *weights, DType dtype, uint32_t group_size, size_t cols, size_t row_begin,
+                       size_t row_end, const void *x_q8, size_t token_count, float *y, size_t y_stride) {
+  matmul_q8_entry<Path::Gemm>(weights, dtype, group_size, cols, row_begin, row_end, x_q8, token_count, y, y_stride);
 }

@@ -1,12 +1,14 @@
-// kernels/cpu/q8_avx2.inl — q8 quantisation and the q8 tile on 256-bit integer vectors.
-// Included (inside an anonymous namespace, after tile_args.inl) by avx2.cpp and avx512.cpp;
+// kernels/cpu/q8_avx2.inl — q8 quantisation and the tile of the q8-activation formats (q8,
+// q4, q8f16, mxfp4) on 256-bit integer vectors. Included (inside an anonymous namespace, after
+// tile_args.inl and quant_formats.inl) by avx2.cpp and avx512.cpp;
 // the AVX-512 build gets 32 vector registers for it and, when the CPU has VNNI, the
 // one-instruction int8 dot (define COLIBRI_Q8_VNNI before including).
 //
 // Both reproduce the scalar reference bit for bit:
 //   isum  = Σ qw[i]·qx[i] over the block, exact in int32 (any summation order)
 //   acc   = acc + (dw·dx) · float(isum)           (one multiply, one multiply, one add)
-// with a stored weight of -128 read as -127 (kernels.h q8_value). The int8 products use the
+// with a stored weight of -128 read as -127 (kernels.h q8_value), and the 4-bit codes widened
+// to int8 first (load_codes). The int8 products use the
 // sign trick: |a| (unsigned) times b·sign(a) (signed) with maddubs; its int16 pair sums
 // cannot saturate because both operands lie in [-127, 127]. The one-token tile puts the
 // activation on the unsigned side (|x| once per block for all rows), the others the weight.
@@ -43,11 +45,31 @@ inline __m256i load_q8_weights(const unsigned char *p) {
   return _mm256_max_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)), _mm256_set1_epi8(kQ8MinValue));
 }
 
-// The q8 tile kernel (interface: see "A tile kernel" in matmul_generic.inl). Pairs
-// p = r * TT + t are processed in groups of 8, one fp32 lane per pair.
-template <int GS, Path P>
-struct Q8Tile {
-  static constexpr size_t kStep = GS;
+// 32 codes of a block of format WF (quant_formats.inl) as signed int8, each in [-127, 127]:
+// q8 / q8f16 clamped to -127 (kernels.h q8_value); q4: the nibbles (16 bytes: low nibbles are
+// values 0..15, high nibbles 16..31) minus 8; mxfp4: the nibbles through the doubled e2m1 table.
+template <class WF>
+inline __m256i load_codes(const unsigned char *p) {
+  if constexpr (WF::kKind == CodeKind::Int8) {
+    return load_q8_weights(p);
+  } else {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
+    const __m256i nibbles =
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
+    if constexpr (WF::kKind == CodeKind::Int4) {
+      return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(kQ4CodeOffset));
+    } else {
+      const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i *>(kE2m1Doubled));
+      return _mm256_shuffle_epi8(_mm256_set_m128i(table, table), nibbles);
+    }
+  }
+}
+
+// The tile kernel of the q8-activation formats (interface: see "A tile kernel" in
+// matmul_generic.inl). Pairs p = r * TT + t are processed in groups of 8, one fp32 lane per pair.
+template <class WF, Path P>
+struct QTile {
+  static constexpr size_t kStep = WF::kAct;
   static constexpr size_t kBlockK = 2048;
   static constexpr size_t state_floats(int rows, int tokens) { return size_t(rows * tokens + 7) / 8 * 8; }
   static constexpr int decode_rows(int tokens) { return kQ8DecodeRows(tokens); }
@@ -58,8 +80,8 @@ struct Q8Tile {
   static void span(const TileArgs &a, size_t k_begin, size_t k_end, float *state, bool first, bool last) {
     constexpr int kPairs = R * TT;
     constexpr int kGroups = (kPairs + 7) / 8;
-    constexpr int kHalves = GS / 32;
-    constexpr size_t kBlockBytes = 4 + GS;
+    constexpr int kHalves = WF::kAct / 32;
+    constexpr size_t kXBlockBytes = 4 + WF::kAct;
 
     __m256 acc[kGroups];
     if (first) {
@@ -67,15 +89,17 @@ struct Q8Tile {
     } else {
       for (int g = 0; g < kGroups; ++g) acc[g] = _mm256_loadu_ps(state + 8 * g);
     }
-    const unsigned char *w = a.w + (k_begin / GS) * kBlockBytes;
-    const unsigned char *x = a.x + (k_begin / GS) * kBlockBytes;
-    for (size_t b = k_begin / GS; b < k_end / GS; ++b, w += kBlockBytes, x += kBlockBytes) {
+    const unsigned char *x = a.x + (k_begin / WF::kAct) * kXBlockBytes;
+    for (size_t b = k_begin / WF::kAct; b < k_end / WF::kAct; ++b, x += kXBlockBytes) {
+      // One prefetch per row and 64-byte line of weights (kBlocksPerLine blocks); no result
+      // depends on it.
+      const bool prefetch = b % kBlocksPerLine<WF> == 0;
       float dw[R];
       float dx[TT];
       __m256i sums[kGroups * 8];
       if constexpr (TT == 1) {
         // One token: the activation's magnitudes go on the unsigned side, computed once per
-        // block for all R rows; each row's weights are loaded once, clamped to -127 and signed
+        // block for all R rows; each row's weights are loaded once, made signed int8 and signed
         // by the activation (per row and 32 bytes: one load and four operations, where the
         // weight-magnitude form below needs the same load plus abs for every row).
         std::memcpy(&dx[0], x, 4);
@@ -85,12 +109,13 @@ struct Q8Tile {
           x_abs[h] = _mm256_abs_epi8(x_raw[h]);
         }
         for (int r = 0; r < R; ++r) {
-          const unsigned char *row = w + r * a.w_stride;
-          prefetch_weights<Simd, P, R>(row, a.w_stride);
-          std::memcpy(&dw[r], row, 4);
-          __m256i s = dot32_epi8(x_abs[0], x_raw[0], load_q8_weights(row + 4));
+          const unsigned char *row = a.w + r * a.w_stride;
+          const unsigned char *codes = WF::codes(row, b);
+          if (prefetch) prefetch_weights<Simd, P, R>(codes, a.w_stride);
+          dw[r] = WF::scale(row, b);
+          __m256i s = dot32_epi8(x_abs[0], x_raw[0], load_codes<WF>(codes));
           for (int h = 1; h < kHalves; ++h)
-            s = _mm256_add_epi32(s, dot32_epi8(x_abs[h], x_raw[h], load_q8_weights(row + 4 + 32 * h)));
+            s = _mm256_add_epi32(s, dot32_epi8(x_abs[h], x_raw[h], load_codes<WF>(codes + 32 * h)));
           sums[r] = s;
         }
       } else {
@@ -98,11 +123,12 @@ struct Q8Tile {
         __m256i w_abs[R][kHalves];
         __m256i w_raw[R][kHalves];
         for (int r = 0; r < R; ++r) {
-          const unsigned char *row = w + r * a.w_stride;
-          prefetch_weights<Simd, P, R>(row, a.w_stride);
-          std::memcpy(&dw[r], row, 4);
+          const unsigned char *row = a.w + r * a.w_stride;
+          const unsigned char *codes = WF::codes(row, b);
+          if (prefetch) prefetch_weights<Simd, P, R>(codes, a.w_stride);
+          dw[r] = WF::scale(row, b);
           for (int h = 0; h < kHalves; ++h) {
-            w_raw[r][h] = load_q8_weights(row + 4 + 32 * h);
+            w_raw[r][h] = load_codes<WF>(codes + 32 * h);
             w_abs[r][h] = _mm256_abs_epi8(w_raw[r][h]);
           }
         }

@@ -142,10 +142,15 @@ constexpr int kDecodeRows(int tokens) { return tokens == 1 ? 4 : tokens == 2 ? 2
 constexpr int kGemmRows = 2;
 constexpr int kGemmTokens = 4;
 
-// The reference q8 block rule: exact int32 block sum, then acc = acc + (dw·dx)·isum in fp32.
-template <int GS, Path /* scalar: no prefetch */>
-struct Q8Tile {
-  static constexpr size_t kStep = GS;
+float f16_scale(uint16_t h) { return detail::f16_to_f32_scalar(h); }
+
+#include "kernels/cpu/quant_formats.inl"
+
+// The reference block rule of the q8-activation formats (kernels.h): exact int32 block sum,
+// then acc = acc + (dw·dx)·isum in fp32, blocks ascending.
+template <class WF, Path /* scalar: no prefetch */>
+struct QTile {
+  static constexpr size_t kStep = WF::kAct;
   static constexpr size_t kBlockK = 2048;
   static constexpr size_t state_floats(int rows, int tokens) { return size_t(rows) * tokens; }
   static constexpr int decode_rows(int tokens) { return kDecodeRows(tokens); }
@@ -154,22 +159,11 @@ struct Q8Tile {
 
   template <int R, int TT>
   static void span(const TileArgs &a, size_t k_begin, size_t k_end, float *state, bool first, bool last) {
-    constexpr size_t kBlockBytes = 4 + GS;
     for (int r = 0; r < R; ++r) {
       for (int t = 0; t < TT; ++t) {
-        const unsigned char *w = a.w + r * a.w_stride + (k_begin / GS) * kBlockBytes;
-        const unsigned char *x = a.x + t * a.x_stride + (k_begin / GS) * kBlockBytes;
-        float acc = first ? 0.0f : state[r * TT + t];
-        for (size_t b = k_begin / GS; b < k_end / GS; ++b, w += kBlockBytes, x += kBlockBytes) {
-          float dw, dx;
-          std::memcpy(&dw, w, 4);
-          std::memcpy(&dx, x, 4);
-          const int8_t *qw = reinterpret_cast<const int8_t *>(w + 4);
-          const int8_t *qx = reinterpret_cast<const int8_t *>(x + 4);
-          int32_t isum = 0;
-          for (int i = 0; i < GS; ++i) isum += q8_value(qw[i]) * q8_value(qx[i]);
-          acc = acc + (dw * dx) * static_cast<float>(isum);
-        }
+        const float start = first ? 0.0f : state[r * TT + t];
+        const float acc = reference_blocks<WF>(a.w + r * a.w_stride, a.x + t * a.x_stride, k_begin / WF::kAct,
+                                               k_end / WF::kAct, start);
         if (last) a.y[t * a.y_stride + r] = acc;
         else state[r * TT + t] = acc;
       }

@@ -39,10 +39,14 @@ int run_convert(int argc, char **argv) {
   options.positional_help("");
   options.add_options()
       ("o,output", "image to write (may also be given as the second argument)", cxxopts::value<std::string>())
-      ("dtype", "stored weight dtype: f32, f16, bf16 or q8 (default: the checkpoint's float type when all "
-                "its weights share one, else f16)", cxxopts::value<std::string>())
+      ("dtype", "stored weight dtype: f32, f16, bf16, q8, q8f16, q4 or mxfp4 (default: the checkpoint's float "
+                "type when all its weights share one, else f16); q4 and mxfp4 quantise the experts and store the "
+                "other matrices as q8f16", cxxopts::value<std::string>())
+      ("tensor-dtype", "CLASS=DTYPE: store one tensor class in another dtype (classes: embeddings, output, "
+                       "attention, experts, shared_expert, dense_ffn; router and vectors stay f32); repeatable",
+       cxxopts::value<std::vector<std::string>>())
       // Numbers are parsed here, not by cxxopts (its integer parser trips GCC 12's -Wrestrict).
-      ("group-size", "q8 group size: 32 or 64", cxxopts::value<std::string>()->default_value("32"))
+      ("group-size", "group size of q8 (32 or 64) and q4 (32, 64 or 128)", cxxopts::value<std::string>()->default_value("32"))
       ("alignment", "tensor alignment in bytes: a power of two from 64 to 2097152",
        cxxopts::value<std::string>()->default_value("4096"))
       ("f,force", "overwrite OUT if it exists")
@@ -68,12 +72,24 @@ int run_convert(int argc, char **argv) {
       std::string name = (*args)["dtype"].as<std::string>();
       image::DType dtype;
       if (!image::dtype_from_name(name.c_str(), &dtype))
-        return usage_error("unknown --dtype '" + name + "' (use f32, f16, bf16 or q8)");
+        return usage_error("unknown --dtype '" + name + "' (use f32, f16, bf16, q8, q8f16, q4 or mxfp4)");
       request.dtype = dtype;
     }
+    if (args->count("tensor-dtype")) {
+      for (const std::string &item : (*args)["tensor-dtype"].as<std::vector<std::string>>()) {
+        const size_t eq = item.find('=');
+        image::DType dtype;
+        if (eq == std::string::npos || eq == 0)
+          return usage_error("--tensor-dtype '" + item + "': expected CLASS=DTYPE, e.g. embeddings=q8f16");
+        if (!image::dtype_from_name(item.substr(eq + 1).c_str(), &dtype))
+          return usage_error("--tensor-dtype '" + item + "': unknown dtype (use f32, f16, bf16, q8, q8f16, q4 or mxfp4)");
+        request.class_dtypes.emplace_back(item.substr(0, eq), dtype);
+      }
+    }
     std::string group = (*args)["group-size"].as<std::string>();
-    if (group != "32" && group != "64") return usage_error("--group-size " + group + " is not supported (use 32 or 64)");
-    request.group_size = group == "32" ? 32 : 64;
+    if (group != "32" && group != "64" && group != "128")
+      return usage_error("--group-size " + group + " is not supported (q8: 32 or 64; q4: 32, 64 or 128)");
+    request.group_size = static_cast<uint32_t>(std::stoul(group));
     std::string alignment = (*args)["alignment"].as<std::string>();
     if (!parse_u64(alignment, &request.alignment))
       return usage_error("--alignment '" + alignment + "' is not a number of bytes");

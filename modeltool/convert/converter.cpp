@@ -51,9 +51,9 @@ Error locate_checkpoint(const std::string &input, std::string *directory) {
 
 Error check_options(const ConvertOptions &options) {
   if (options.output.empty()) return make_error(ErrorKind::InvalidArgument, "no output path given");
-  if (options.group_size != 32 && options.group_size != 64)
+  if (options.group_size != 32 && options.group_size != 64 && options.group_size != 128)
     return make_error(ErrorKind::InvalidArgument,
-                      strprintf("q8 group size %u is not supported (use 32 or 64)", options.group_size));
+                      strprintf("group size %u is not supported (q8: 32 or 64; q4: 32, 64 or 128)", options.group_size));
   // Fail before the long part, not after it.
   std::string parent = std::filesystem::path(options.output).parent_path().string();
   struct stat st;
@@ -179,7 +179,21 @@ Error convert_checkpoint(const ConvertOptions &options, ConvertReport *report) {
   TensorPlan plan;
   if (Error e = plan_tensors(*family, model_config, checkpoint, &plan)) return e;
   const image::DType dtype = options.dtype.value_or(default_dtype(plan));
-  assign_dtypes(&plan, dtype, options.group_size);
+  model::names::StoragePolicy policy;
+  policy.requested = dtype;
+  policy.group_size = options.group_size;
+  for (const auto &[class_name, class_dtype] : options.class_dtypes) {
+    model::names::TensorClass c;
+    if (!model::names::tensor_class_from_name(class_name, &c))
+      return make_error(ErrorKind::InvalidArgument,
+                        strprintf("unknown tensor class '%s' (classes: embeddings, output, attention, experts, "
+                                  "shared_expert, dense_ffn, router, vectors)", class_name.c_str()));
+    policy.has_override[static_cast<size_t>(c)] = true;
+    policy.override_dtype[static_cast<size_t>(c)] = class_dtype;
+  }
+  if (std::string why = model::names::policy_error(policy); !why.empty())
+    return make_error(ErrorKind::InvalidArgument, why);
+  assign_dtypes(&plan, policy);
 
   // 3. Tokenizer, then provenance of every file read (the shards are hashed last: slowest).
   json tokenizer;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "image/format.h"
@@ -26,7 +27,9 @@ struct ConvertOptions {
   std::string input;                  // checkpoint directory (a file inside it also works)
   std::string output;                 // image path
   std::optional<image::DType> dtype;  // unset: the sources' float type if they share one, else f16
-  uint32_t group_size = image::kQ8DefaultGroupSize;  // q8 only: 32 or 64
+  uint32_t group_size = image::kQ8DefaultGroupSize;  // q8: 32 or 64; q4: 32, 64 or 128
+  // --tensor-dtype CLASS=DTYPE choices, in the order given (model::names::StoragePolicy).
+  std::vector<std::pair<std::string, image::DType>> class_dtypes;
   uint64_t alignment = image::kDefaultAlignment;
   bool overwrite = false;             // replace an existing output
   bool progress = false;              // progress bar on stderr (drawn only when it is a terminal)

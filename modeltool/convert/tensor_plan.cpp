@@ -210,12 +210,13 @@ image::DType default_dtype(const TensorPlan &plan) {
   return image::DType::F16;
 }
 
-void assign_dtypes(TensorPlan *plan, image::DType requested, uint32_t group_size) {
+void assign_dtypes(TensorPlan *plan, const names::StoragePolicy &policy) {
   for (PlannedTensor &t : plan->tensors) {
     const std::vector<uint64_t> &shape = t.spec.shape;
-    t.spec.dtype = names::storage_dtype(t.spec.name, static_cast<uint32_t>(shape.size()), shape.back(), requested,
-                                        group_size);
-    t.spec.group_size = t.spec.dtype == image::DType::Q8 ? group_size : 0;
+    const names::StorageChoice choice =
+        names::storage_choice(policy, t.spec.name, static_cast<uint32_t>(shape.size()), shape.back());
+    t.spec.dtype = choice.dtype;
+    t.spec.group_size = choice.group_size;
   }
 }
 

@@ -16,6 +16,7 @@
 #include "modeltool/convert/safetensors.h"
 #include "image/writer.h"
 #include "model/config.h"
+#include "model/tensor_names.h"
 
 namespace colibri::modeltool::convert {
 
@@ -41,9 +42,9 @@ Error plan_tensors(const FamilyInfo &family, const model::ModelConfig &config, c
 // The --dtype default: the sources' float type when they all share one, else f16.
 image::DType default_dtype(const TensorPlan &plan);
 
-// Sets every tensor's stored dtype for the requested one (model::names::storage_dtype:
-// norms, biases and routers stay f32; q8 falls back where the row length does not divide).
-void assign_dtypes(TensorPlan *plan, image::DType requested, uint32_t group_size);
+// Sets every tensor's stored dtype and group size (model::names::storage_choice: norms,
+// biases and routers stay f32; a block dtype falls back where the row length does not divide).
+void assign_dtypes(TensorPlan *plan, const model::names::StoragePolicy &policy);
 
 // The image dtype a supported safetensors dtype decodes from (F32, F16, BF16); false otherwise.
 bool source_float_dtype(const std::string &safetensors_dtype, image::DType *out);

@@ -48,7 +48,7 @@ Error TensorStreamer::write(const SafetensorsCheckpoint &checkpoint, const Plann
                                               source->name.c_str(), static_cast<double>(in[bad]),
                                               static_cast<unsigned long long>(row + r), bad, tensor.spec.name.c_str(),
                                               image::unstorable_reason(stored), image::storable_alternatives(stored)));
-          if (stored == image::DType::Q8) image::quantize_row_q8(in, cols, group, out, nullptr);
+          if (image::is_block_dtype(stored)) image::quantize_row(stored, group, in, cols, out);
           else image::encode_floats(stored, in, cols, out);
         }
         error = writer->append(encoded_.data(), encoded_.size());

@@ -56,14 +56,14 @@ inline std::unique_ptr<image::Image> open_image(const std::string &path) {
   return img;
 }
 
-// Every element of an image tensor as f32 (q8 dequantised).
+// Every element of an image tensor as f32 (the block dtypes dequantised).
 inline std::vector<float> image_values(const image::Image &img, const image::TensorInfo &t) {
   std::vector<float> values(t.element_count());
   const uint64_t cols = t.shape[t.rank - 1], rows = values.size() / cols;
   const uint64_t row = image::row_bytes(t.dtype, t.group_size, cols);
   for (uint64_t r = 0; r < rows; ++r) {
     const unsigned char *src = img.data(t) + r * row;
-    if (t.dtype == image::DType::Q8) image::dequantize_row_q8(src, cols, t.group_size, values.data() + r * cols);
+    if (image::is_block_dtype(t.dtype)) image::dequantize_row(t.dtype, t.group_size, src, cols, values.data() + r * cols);
     else image::decode_floats(t.dtype, src, cols, values.data() + r * cols);
   }
   return values;

@@ -71,6 +71,15 @@ void check_tensors(const image::Image &img, const SyntheticCheckpointSpec &s) {
     REQUIRE(values.size() % sources.size() == 0);
     const uint64_t per_source = values.size() / sources.size();
     if (sources.size() > 1) CHECK(t.shape[0] == sources.size());  // experts stacked on the outer dimension
+    // The 4-bit and q8f16 tolerances scale with the tensor's largest magnitude: q4 one step of
+    // a group scale (<= max|x| / 8), q8f16 one step (<= max|x| / 127), mxfp4 half of the
+    // largest element (saturation beyond 6 of a scale <= max|x| / 4).
+    float amax = 0.0f;
+    for (size_t k = 0; k < sources.size(); ++k)
+      for (uint64_t i = 0; i < per_source; ++i) amax = std::fmax(amax, std::fabs(source_value(s, sources[k], i)));
+    const float block_tolerance = t.dtype == image::DType::Q4      ? amax / 8.0f
+                                  : t.dtype == image::DType::Q8F16 ? amax / 127.0f
+                                                                   : amax / 2.0f;
     for (size_t k = 0; k < sources.size(); ++k) {
       INFO("source " << sources[k]);
       CHECK(unused.erase(sources[k]) == 1);
@@ -79,6 +88,8 @@ void check_tensors(const image::Image &img, const SyntheticCheckpointSpec &s) {
         float found = values[k * per_source + i];
         if (t.dtype == image::DType::Q8) {
           REQUIRE(std::fabs(found - expected) <= 1.0f / 254.0f + 1e-6f);  // scale/2, scale <= 1/127
+        } else if (image::is_block_dtype(t.dtype)) {
+          REQUIRE(std::fabs(found - expected) <= block_tolerance * 1.001f + 1e-6f);
         } else if (found != stored_value(t.dtype, expected)) {
           FAIL("element " << i << ": found " << found << ", expected " << stored_value(t.dtype, expected));
         }
@@ -248,6 +259,62 @@ TEST_CASE("q8 uses the requested group size and falls back where rows do not div
   CHECK(img->find("blk.0.ffn_down_exps")->dtype == image::DType::F16);
   CHECK(img->find("blk.0.ffn_down_exps")->group_size == 0);
   check_tensors(*img, s);
+}
+
+TEST_CASE("--dtype q4/mxfp4 quantise the experts, the other matrices are q8f16; --tensor-dtype overrides a class",
+          "[convert][q4]") {
+  ScopedTempDir dir("q4");
+  SyntheticCheckpointSpec s;
+  s.architecture = "Qwen2MoeForCausalLM";  // shared expert, attention biases
+  s.dtype = "BF16";
+  s.hidden = 64;
+  s.expert_ffn = 64;
+  s.shared_ffn = 32;
+  REQUIRE_FALSE(testing::write_synthetic_checkpoint(dir / "hf", s));
+  REQUIRE_FALSE(testing::convert(dir / "hf", dir / "q4.colibri", image::DType::Q4, 64));
+  auto img = testing::open_image(dir / "q4.colibri");
+  CHECK(img->header().version == 2);
+  CHECK(img->find("blk.0.ffn_gate_exps")->dtype == image::DType::Q4);
+  CHECK(img->find("blk.0.ffn_gate_exps")->group_size == 64);
+  CHECK(img->find("blk.0.ffn_down_exps")->dtype == image::DType::Q4);
+  CHECK(img->find("blk.0.attn_q")->dtype == image::DType::Q8F16);
+  CHECK(img->find("blk.0.attn_q")->group_size == 32);
+  CHECK(img->find("blk.0.ffn_up_shexp")->dtype == image::DType::Q8F16);
+  CHECK(img->find("token_embd")->dtype == image::DType::Q8F16);
+  CHECK(img->find("blk.0.ffn_gate_inp")->dtype == image::DType::F32);
+  CHECK(img->find("blk.0.attn_q_bias")->dtype == image::DType::F32);
+  REQUIRE_FALSE(img->verify_all(1));
+  check_tensors(*img, s);
+
+  modeltool::convert::ConvertOptions options;
+  options.input = dir / "hf";
+  options.output = dir / "mixed.colibri";
+  options.dtype = image::DType::MXFP4;
+  options.class_dtypes = {{"embeddings", image::DType::BF16}, {"attention", image::DType::Q8}};
+  modeltool::convert::ConvertReport report;
+  REQUIRE_FALSE(modeltool::convert::convert_checkpoint(options, &report));
+  auto mixed = testing::open_image(dir / "mixed.colibri");
+  CHECK(mixed->find("blk.1.ffn_up_exps")->dtype == image::DType::MXFP4);
+  CHECK(mixed->find("token_embd")->dtype == image::DType::BF16);
+  CHECK(mixed->find("blk.0.attn_k")->dtype == image::DType::Q8);
+  CHECK(mixed->find("blk.0.ffn_down_shexp")->dtype == image::DType::Q8F16);
+  check_tensors(*mixed, s);
+
+  options.output = dir / "bad.colibri";
+  options.class_dtypes = {{"router", image::DType::Q8}};
+  Error e = modeltool::convert::convert_checkpoint(options, &report);
+  REQUIRE(e);
+  CHECK_THAT(e.message, Catch::Contains("'router' is always stored as f32"));
+  options.class_dtypes = {{"expert", image::DType::Q4}};
+  e = modeltool::convert::convert_checkpoint(options, &report);
+  REQUIRE(e);
+  CHECK_THAT(e.message, Catch::Contains("unknown tensor class 'expert'"));
+  options.class_dtypes = {{"attention", image::DType::Q8}};
+  options.group_size = 128;  // q4/128 is fine, q8/128 is not
+  e = modeltool::convert::convert_checkpoint(options, &report);
+  REQUIRE(e);
+  CHECK_THAT(e.message, Catch::Contains("'attention' is q8, which does not take group size 128"));
+  CHECK_FALSE(std::filesystem::exists(dir / "bad.colibri"));
 }
 
 TEST_CASE("mixed source dtypes default to f16", "[convert]") {

@@ -200,3 +200,175 @@ TEST_CASE("first_overflow: the finite values f16 or bf16 can only store as infin
   v[7] = 3.38953139e38f;  // bf16's largest finite value
   CHECK(first_overflow(DType::BF16, v.data(), v.size()) == v.size());
 }
+
+// ---- format version 2: q4, q8f16, mxfp4 ---------------------------------------------------
+
+namespace {
+
+std::vector<float> gaussian_row(size_t n, uint32_t seed, float sigma) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, sigma);
+  std::vector<float> v(n);
+  for (float &x : v) x = d(rng);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("q4: the largest magnitude maps to -8, every error is at most one scale step, bytes as format.md", "[dtype][q4]") {
+  for (uint32_t g : {32u, 64u, 128u}) {
+    const size_t cols = 4 * g;
+    const std::vector<float> x = gaussian_row(cols, g, 0.02f);
+    std::vector<unsigned char> q(row_bytes(DType::Q4, g, cols));
+    REQUIRE(q.size() == cols / g * (2 + g / 2));
+    quantize_row(DType::Q4, g, x.data(), cols, q.data());
+    std::vector<float> back(cols);
+    dequantize_row(DType::Q4, g, q.data(), cols, back.data());
+    for (size_t b = 0; b < cols / g; ++b) {
+      uint16_t h;
+      std::memcpy(&h, q.data() + b * (2 + g / 2), 2);
+      const float scale = f16_to_f32(h);
+      size_t extreme = b * g;
+      for (size_t i = b * g; i < (b + 1) * g; ++i)
+        if (std::fabs(x[i]) > std::fabs(x[extreme])) extreme = i;
+      CHECK(scale == f16_to_f32(f32_to_f16(x[extreme] / -8.0f)));
+      CHECK(back[extreme] == -8.0f * scale);
+      for (size_t i = b * g; i < (b + 1) * g; ++i) {
+        INFO("g=" << g << " i=" << i);
+        // Half a step, except a value beyond +7 steps on the far side (clamped): one step.
+        const double v = x[i] / scale;
+        const double bound = v > 7.0 ? std::fabs(scale) * (v - 7.0) : std::fabs(scale) * 0.5;
+        REQUIRE(std::fabs(double(x[i]) - back[i]) <= bound * (1 + 1e-6) + 1e-6 * std::fabs(scale));
+        // The byte layout: in each 32 values, byte j holds value j low and value j + 16 high.
+        const size_t sub = (i % g) / 32, j = i % 32;
+        const unsigned char byte = q[b * (2 + g / 2) + 2 + sub * 16 + j % 16];
+        const int code = j < 16 ? byte & 0x0F : byte >> 4;
+        REQUIRE(back[i] == scale * static_cast<float>(code - 8));
+      }
+    }
+  }
+  // An all-zero group: scale ±0 (0 / −8 is −0), every code 8 (value 0).
+  std::vector<float> zeros(32, 0.0f);
+  std::vector<unsigned char> q(18, 0xFF);
+  quantize_row(DType::Q4, 32, zeros.data(), 32, q.data());
+  uint16_t h;
+  std::memcpy(&h, q.data(), 2);
+  CHECK(f16_to_f32(h) == 0.0f);
+  for (int j = 2; j < 18; ++j) CHECK(q[j] == 0x88);
+}
+
+TEST_CASE("q8f16: an f16 scale max|x|/127, 34-byte blocks, llama.cpp Q8_0's layout", "[dtype][q8f16]") {
+  const size_t cols = 256;
+  const std::vector<float> x = gaussian_row(cols, 3, 0.05f);
+  std::vector<unsigned char> q(row_bytes(DType::Q8F16, 32, cols));
+  REQUIRE(q.size() == 8 * 34);
+  quantize_row(DType::Q8F16, 32, x.data(), cols, q.data());
+  std::vector<float> back(cols);
+  dequantize_row(DType::Q8F16, 32, q.data(), cols, back.data());
+  for (size_t b = 0; b < cols / 32; ++b) {
+    float amax = 0;
+    for (size_t i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[b * 32 + i]));
+    uint16_t h;
+    std::memcpy(&h, q.data() + b * 34, 2);
+    const float scale = f16_to_f32(h);
+    CHECK(h == f32_to_f16(amax / 127.0f));
+    for (size_t i = 0; i < 32; ++i) {
+      const float v = x[b * 32 + i];
+      const int8_t stored = static_cast<int8_t>(q[b * 34 + 2 + i]);
+      REQUIRE(back[b * 32 + i] == scale * stored);
+      // Within half a step, or clamped at ±127 when the f16 scale rounded down.
+      const double excess = std::max(0.0, std::fabs(double(v)) - 127.0 * scale);
+      REQUIRE(std::fabs(double(v) - back[b * 32 + i]) <= 0.5 * scale + excess + 1e-12);
+    }
+  }
+}
+
+TEST_CASE("mxfp4: dequantisation of hand-computed OCP blocks (e8m0 scale, e2m1 codes)", "[dtype][mxfp4]") {
+  CHECK(e2m1_value(0x0) == 0.0f);
+  CHECK(e2m1_value(0x1) == 0.5f);
+  CHECK(e2m1_value(0x2) == 1.0f);
+  CHECK(e2m1_value(0x3) == 1.5f);
+  CHECK(e2m1_value(0x4) == 2.0f);
+  CHECK(e2m1_value(0x5) == 3.0f);
+  CHECK(e2m1_value(0x6) == 4.0f);
+  CHECK(e2m1_value(0x7) == 6.0f);
+  CHECK(e2m1_value(0x9) == -0.5f);
+  CHECK(e2m1_value(0xF) == -6.0f);
+  CHECK(e8m0_value(127) == 1.0f);
+  CHECK(e8m0_value(128) == 2.0f);
+  CHECK(e8m0_value(0) == std::ldexp(1.0f, -127));
+  CHECK(e8m0_value(254) == std::ldexp(1.0f, 127));
+  CHECK(std::isnan(e8m0_value(255)));
+
+  // A block as a gpt-oss checkpoint stores it: scale byte 128 (2^1); byte j holds element 2j
+  // in its low nibble and element 2j + 1 in its high nibble.
+  uint8_t ocp[16] = {};
+  ocp[0] = 0xF1;  // element 0: 0x1 (0.5), element 1: 0xF (-6)
+  ocp[8] = 0x07;  // element 16: 0x7 (6), element 17: 0
+  ocp[15] = 0xA0; // element 30: 0, element 31: 0xA (-1)
+  ocp[3] = 0x3C;  // element 6: 0xC (-2), element 7: 0x3 (1.5)
+  uint8_t block[17];
+  mxfp4_block_from_checkpoint(ocp, 128, block);
+  // The image layout: byte 1 + j holds element j (low) and element j + 16 (high).
+  const uint8_t expected_block[17] = {128, 0x71, 0x0F, 0, 0, 0, 0, 0x0C, 0x03, 0, 0, 0, 0, 0, 0, 0, 0xA0};
+  CHECK(std::memcmp(block, expected_block, 17) == 0);
+  float values[32];
+  dequantize_row(DType::MXFP4, 32, block, 32, values);
+  float expected[32] = {};
+  expected[0] = 1.0f;    // 0.5 · 2
+  expected[1] = -12.0f;  // -6 · 2
+  expected[6] = -4.0f;   // -2 · 2
+  expected[7] = 3.0f;    // 1.5 · 2
+  expected[16] = 12.0f;  // 6 · 2
+  expected[31] = -2.0f;  // -1 · 2
+  for (int i = 0; i < 32; ++i) {
+    INFO("element " << i);
+    CHECK(values[i] == expected[i]);
+  }
+}
+
+TEST_CASE("mxfp4 quantisation: OCP shared exponent, nearest e2m1 with ties to even, saturation at 6", "[dtype][mxfp4]") {
+  // max |x| = 7: floor(log2 7) - 2 = 0, scale 2^0 (e8m0 127).
+  float x[32] = {};
+  x[0] = 7.0f;     // beyond 6: saturates to 6 (code 7)
+  x[1] = 5.0f;     // tie 4 | 6: the even code, 4 (code 6)
+  x[2] = 0.25f;    // tie 0 | 0.5: 0 (code 0)
+  x[3] = 0.75f;    // tie 0.5 | 1: 1 (code 2)
+  x[4] = -2.5f;    // tie -2 | -3: -2 (code 0xC)
+  x[5] = 1.25f;    // tie 1 | 1.5: 1 (code 2)
+  x[6] = 2.9f;     // nearest 3 (code 5)
+  x[17] = -0.6f;   // nearest -0.5 (code 0x9)
+  const uint8_t expected_codes[32] = {7, 6, 0, 2, 0xC, 2, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                      0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  for (int exponent : {0, -10, 20}) {
+    float scaled[32];
+    for (int i = 0; i < 32; ++i) scaled[i] = std::ldexp(x[i], exponent);
+    uint8_t block[17];
+    quantize_row(DType::MXFP4, 32, scaled, 32, block);
+    INFO("exponent " << exponent);
+    CHECK(block[0] == 127 + exponent);
+    for (int i = 0; i < 32; ++i) {
+      const int code = i < 16 ? block[1 + i] & 0x0F : block[1 + i - 16] >> 4;
+      INFO("element " << i);
+      CHECK(code == expected_codes[i]);
+    }
+  }
+  // All zero: e8m0 0 and zero codes.
+  float zeros[32] = {};
+  uint8_t block[17];
+  quantize_row(DType::MXFP4, 32, zeros, 32, block);
+  for (uint8_t b : block) CHECK(b == 0);
+}
+
+TEST_CASE("the version-2 block dtypes refuse what they cannot store", "[dtype]") {
+  std::vector<float> x(32, 1.0f);
+  CHECK(first_unstorable(DType::MXFP4, x.data(), 32) == 32);
+  x[5] = std::numeric_limits<float>::infinity();
+  CHECK(first_unstorable(DType::MXFP4, x.data(), 32) == 5);
+  CHECK(first_unstorable(DType::Q4, x.data(), 32) == 5);
+  x[5] = 1e6f;  // a q4 scale of 1e6 / 8 overflows f16; q8f16's 1e6 / 127 does not
+  CHECK(first_unstorable(DType::Q4, x.data(), 32) == 5);
+  CHECK(first_unstorable(DType::Q8F16, x.data(), 32) == 32);
+  x[5] = 1e7f;
+  CHECK(first_unstorable(DType::Q8F16, x.data(), 32) == 5);
+}

@@ -23,7 +23,7 @@ TEST_CASE("a written image opens, and its tensors are aligned, ordered and check
   REQUIRE(img);
   CHECK(err.ok());
   const auto &h = img->header();
-  CHECK(h.version == image::kFormatVersion);
+  CHECK(h.version == 1);  // only version-1 dtypes: still a version-1 file (format.h, min_version_for)
   CHECK(h.expert_count == 4);
   CHECK(h.top_k == 2);
   CHECK(h.hidden_size == 64);
@@ -131,4 +131,41 @@ TEST_CASE("opening reads no tensor bytes: a huge sparse tail does not slow the o
   Error v = img->verify_all(1);
   REQUIRE(v);
   CHECK_THAT(v.message, Catch::Contains("'big'") && Catch::Contains("checksum mismatch"));
+}
+
+TEST_CASE("images with q4, q8f16 or mxfp4 tensors are version 2; version 1 cannot name those dtypes", "[image][version]") {
+  for (image::DType dtype : {image::DType::Q4, image::DType::Q8F16, image::DType::MXFP4}) {
+    INFO(image::dtype_name(dtype));
+    std::string path = testing::temp_dir("v2") + "/model.colibri";
+    testing::SyntheticImageSpec spec;
+    spec.dtype = dtype;
+    REQUIRE_FALSE(testing::write_synthetic_image(path, spec));
+    Error err;
+    auto img = image::Image::open(path, {}, &err);
+    REQUIRE(img);
+    CHECK(img->header().version == 2);
+    const image::TensorInfo *gate = img->find("blk.0.ffn_gate_exps");
+    REQUIRE(gate);
+    CHECK(gate->dtype == dtype);
+    CHECK(gate->group_size == 32);
+    // [4, 32, 64]: 4·32 rows of 2 blocks of 32 values.
+    const uint64_t block = dtype == image::DType::Q4 ? 18 : dtype == image::DType::Q8F16 ? 34 : 17;
+    CHECK(gate->size == 4 * 32 * 2 * block);
+    // q4 and mxfp4 quantise the experts only; the other matrices are q8f16.
+    const image::TensorInfo *embd = img->find("token_embd");
+    REQUIRE(embd);
+    CHECK(embd->dtype == image::DType::Q8F16);
+    CHECK(img->verify_all(1).ok());
+
+    // The same bytes stamped version 1: refused, naming the tensor and the version it needs.
+    std::vector<unsigned char> bytes = testing::read_file(path);
+    const uint32_t v1 = 1;
+    std::memcpy(bytes.data() + 8, &v1, 4);
+    REQUIRE(testing::refresh_header_checksum(bytes));
+    const std::string v1_path = testing::temp_dir("v2-as-v1") + "/model.colibri";
+    testing::write_file(v1_path, bytes);
+    auto refused = image::Image::open(v1_path, {}, &err);
+    CHECK_FALSE(refused);
+    CHECK_THAT(err.message, Catch::Contains("needs format version 2, but the image is version 1"));
+  }
 }

@@ -503,3 +503,40 @@ TEST_CASE("a killed writer's temporary file is removed by the next run for the s
   CHECK_THAT(r.out, Contains("removed the stale temporary file '" + out + ".tmp.Live01'"));
   CHECK(names_starting(dir, "out.colibri") == std::vector<std::string>{"out.colibri", "out.colibri.tmp.toolong7"});
 }
+
+TEST_CASE("q4, q8f16 and mxfp4 model images: verify passes, inspect shows each class's dtypes and bits per weight, "
+          "repack converts to and from them", "[cli][q4]") {
+  std::string dir = testing::temp_dir("cli-q4");
+  const std::string f32 = make_model_image(dir);
+  for (const char *dtype : {"q4", "q8f16", "mxfp4"}) {
+    INFO(dtype);
+    const std::string out = dir + "/" + dtype + ".colibri";
+    Run repacked = run_tool("repack " + f32 + " " + out + " --dtype " + dtype + " --force");
+    INFO(repacked.out);
+    REQUIRE(repacked.exit_code == 0);
+    Run verify = run_tool("verify --deep " + out);
+    CHECK(verify.exit_code == 0);
+    Run js = run_tool("inspect --json " + out);
+    REQUIRE(js.exit_code == 0);
+    auto j = nlohmann::json::parse(js.out);
+    CHECK(j["header"]["version"] == 2);
+    const std::string experts = std::string(dtype) + "/32";
+    CHECK(j["classes"]["experts"]["dtypes"].contains(experts));
+    CHECK(j["classes"]["attention"]["dtypes"].contains("q8f16/32"));
+    CHECK(j["classes"]["router"]["dtypes"].contains("f32"));
+    CHECK(j["classes"]["router"]["bits_per_weight"] == 32.0);
+    const double expected_bits = std::string(dtype) == "q4" ? 4.5 : std::string(dtype) == "mxfp4" ? 4.25 : 8.5;
+    CHECK(j["classes"]["experts"]["bits_per_weight"] == expected_bits);
+    CHECK(j["totals"]["bits_per_weight"].get<double>() < 32.0);
+    Run text = run_tool("inspect " + out);
+    CHECK_THAT(text.out, Contains("tensor classes") && Contains(experts) && Contains("bits per weight"));
+    // Back to a float type (dequantised), which verifies too.
+    const std::string back = dir + "/" + dtype + "-f16.colibri";
+    REQUIRE(run_tool("repack " + out + " " + back + " --dtype f16 --force").exit_code == 0);
+    CHECK(run_tool("verify " + back).exit_code == 0);
+  }
+  // A block tensor is only re-quantised from a float type.
+  Run refused = run_tool("repack " + dir + "/q4.colibri " + dir + "/x.colibri --dtype q8 --force");
+  CHECK(refused.exit_code != 0);
+  CHECK_THAT(refused.out, Contains("is only made from float types"));
+}

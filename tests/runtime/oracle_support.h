@@ -44,7 +44,7 @@ inline OracleCase load_oracle(const std::string &name) {
   return c;
 }
 
-// Converts the fixture with colibri-model (dtype f32|f16|bf16|q8) into a temp dir; returns the path.
+// Converts the fixture with colibri-model (any --dtype) into a temp dir; returns the path.
 inline std::string convert_fixture(const std::string &name, const std::string &dtype) {
   static const std::string dir = temp_dir("oracle");
   std::string out = dir + "/" + name + "." + dtype + ".colibri";

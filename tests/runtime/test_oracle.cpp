@@ -121,7 +121,8 @@ TEST_CASE("bf16 images stay within the documented bf16 rounding bound", "[oracle
 TEST_CASE("results are bitwise identical for 1, 2 and 3 threads, scalar and AVX2 kernels agree within 1e-5", "[oracle][determinism]") {
   for (const std::string &name : {std::string("mixtral_gqa"), std::string("qwen2_moe_shared")}) {
     auto oc = testing::load_oracle(name);
-    for (const char *dtype : {"f32", "q8"}) {
+    // q8f16, q4 and mxfp4 (format version 2) take the q8-activation kernels as q8 does.
+    for (const char *dtype : {"f32", "q8", "q8f16", "q4", "mxfp4"}) {
       std::string path = testing::convert_fixture(name, dtype);
       REQUIRE(!path.empty());
       auto m = testing::load_model(path);

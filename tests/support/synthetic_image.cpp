@@ -21,11 +21,12 @@ namespace names = model::names;
 Error write_synthetic_image(const std::string &path, const SyntheticImageSpec &spec, bool overwrite) {
   std::vector<image::TensorSpec> tensors;
   auto add = [&](std::string name, std::vector<uint64_t> shape, bool matrix) {
-    image::DType dtype = matrix ? names::storage_dtype(name, static_cast<uint32_t>(shape.size()), shape.back(),
-                                                       spec.dtype, image::kQ8DefaultGroupSize)
-                                : image::DType::F32;
-    uint32_t group = dtype == image::DType::Q8 ? image::kQ8DefaultGroupSize : 0;
-    tensors.push_back({std::move(name), dtype, group, std::move(shape)});
+    names::StoragePolicy policy;
+    policy.requested = spec.dtype;
+    const names::StorageChoice choice =
+        matrix ? names::storage_choice(policy, name, static_cast<uint32_t>(shape.size()), shape.back())
+               : names::StorageChoice{};
+    tensors.push_back({std::move(name), choice.dtype, choice.group_size, std::move(shape)});
   };
   add(names::kTokenEmbedding, {spec.vocab, spec.hidden}, true);
   for (uint64_t l = 0; l < spec.layers; ++l) {
@@ -68,7 +69,7 @@ Error write_synthetic_image(const std::string &path, const SyntheticImageSpec &s
     encoded.resize(image::row_bytes(t.dtype, t.group_size, cols));
     for (uint64_t r = 0; r < rows; ++r) {
       for (auto &v : row) v = t.shape.size() == 1 ? 1.0f + 0.1f * normal(rng) : normal(rng);
-      if (t.dtype == image::DType::Q8) image::quantize_row_q8(row.data(), cols, t.group_size, encoded.data(), nullptr);
+      if (image::is_block_dtype(t.dtype)) image::quantize_row(t.dtype, t.group_size, row.data(), cols, encoded.data());
       else image::encode_floats(t.dtype, row.data(), cols, encoded.data());
       if (Error e = writer.append(encoded.data(), encoded.size())) return e;
     }

@@ -66,8 +66,11 @@ std::string tiny_tokenizer_json(uint64_t vocab) {
 ModelImageParts model_parts(const model::ModelConfig &c, image::DType dtype, uint32_t group_size) {
   ModelImageParts p;
   auto add = [&](const std::string &name, std::vector<uint64_t> shape) {
-    image::DType d = names::storage_dtype(name, static_cast<uint32_t>(shape.size()), shape.back(), dtype, group_size);
-    p.tensors.push_back({name, d, d == image::DType::Q8 ? group_size : 0u, std::move(shape)});
+    names::StoragePolicy policy;
+    policy.requested = dtype;
+    policy.group_size = group_size;
+    const names::StorageChoice choice = names::storage_choice(policy, name, static_cast<uint32_t>(shape.size()), shape.back());
+    p.tensors.push_back({name, choice.dtype, choice.group_size, std::move(shape)});
   };
   const uint64_t H = c.hidden_size, Q = c.head_count * c.head_dim, KV = c.kv_head_count * c.head_dim;
   add(names::kTokenEmbedding, {c.vocab_size, H});
@@ -154,7 +157,7 @@ Error write_model_parts(const std::string &path, const ModelImageParts &parts, u
     for (uint64_t r = 0; r < rows; ++r) {
       for (float &v : row) v = t.shape.size() == 1 ? 1.0f + 0.1f * normal(rng) : 2.0f * scale * normal(rng);
       if (nan) std::fill(row.begin(), row.end(), std::numeric_limits<float>::quiet_NaN());
-      if (t.dtype == image::DType::Q8) image::quantize_row_q8(row.data(), cols, t.group_size, encoded.data(), nullptr);
+      if (image::is_block_dtype(t.dtype)) image::quantize_row(t.dtype, t.group_size, row.data(), cols, encoded.data());
       else image::encode_floats(t.dtype, row.data(), cols, encoded.data());
       if (Error e = writer.append(encoded.data(), encoded.size())) return e;
     }

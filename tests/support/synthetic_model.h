@@ -39,7 +39,8 @@ struct ModelImageParts {
 };
 
 // The consistent parts of a model with `config`: matrices in `dtype` (the storage policy of
-// names::storage_dtype: vectors and routers stay f32), q8 with `group_size`.
+// names::storage_choice: vectors and routers stay f32; q4/mxfp4 experts with q8f16 for the
+// other matrices), q8 and q4 with `group_size`.
 ModelImageParts model_parts(const model::ModelConfig &config, image::DType dtype = image::DType::F32,
                             uint32_t group_size = image::kQ8DefaultGroupSize);
 

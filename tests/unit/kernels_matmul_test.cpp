@@ -29,6 +29,12 @@ std::vector<Case> cases() {
   for (uint32_t gs : {32u, 64u})
     for (size_t cols : {size_t(gs), size_t(3 * gs), size_t(1024 + gs), size_t(2816)})
       out.push_back({DType::Q8, gs, cols});
+  for (uint32_t gs : {32u, 64u, 128u})
+    for (size_t cols : {size_t(gs), size_t(3 * gs), size_t(1024 + gs), size_t(2816 / gs * gs)})
+      out.push_back({DType::Q4, gs, cols});
+  for (DType d : {DType::Q8F16, DType::MXFP4})
+    for (size_t cols : {size_t(32), size_t(96), size_t(1056), size_t(2816)})
+      out.push_back({d, 32, cols});
   return out;
 }
 
@@ -60,7 +66,9 @@ TEST_CASE("matmul_rows and gemm_rows match a double-precision reference for ever
           const Matrix w = make_matrix(c.dtype, c.group_size, rows, c.cols, uint32_t(rows * 131 + c.cols));
           const std::vector<float> x = random_floats(tokens * c.cols, uint32_t(tokens * 7 + c.cols));
           const std::vector<float> x_effective =
-              c.dtype == DType::Q8 ? q8_effective_activations(x, c.cols, c.group_size) : x;
+              takes_q8_activations(c.dtype)
+                  ? q8_effective_activations(x, c.cols, activation_group_size(c.dtype, c.group_size))
+                  : x;
           const Reference ref = reference_matmul(w, x_effective, tokens);
           for (MatmulFn fn : {isa.table->matmul_rows, isa.table->gemm_rows}) {
             const std::vector<float> y = run(fn, w, x, tokens);
@@ -166,11 +174,61 @@ TEST_CASE("q8 matmul is bitwise identical across ISAs and equals quantise + the 
           for (size_t t = 0; t < tokens; ++t) isa.table->quantize_row_q8(x.data() + t * cols, cols, gs, xq.data() + t * xrow);
           for (MatmulQ8Fn fn : {isa.table->matmul_rows_q8, isa.table->gemm_rows_q8}) {
             std::vector<float> y(tokens * rows);
-            fn(w.data(), gs, cols, 0, rows, xq.data(), tokens, y.data(), rows);
+            fn(w.data(), DType::Q8, gs, cols, 0, rows, xq.data(), tokens, y.data(), rows);
             REQUIRE(bitwise_equal(y, expected));
           }
         }
       }
+    }
+  }
+}
+
+TEST_CASE("q4, q8f16 and mxfp4 matmuls are bitwise identical across ISAs, paths and the pre-quantised entry",
+          "[kernels][q4][q8f16][mxfp4]") {
+  // 19 rows: a full one-token tile plus a remainder on every ISA; 1 token takes the one-token
+  // tile (activation magnitudes on the unsigned side), 13 tokens the several-token tiles.
+  for (const Case &c : cases()) {
+    if (c.dtype != DType::Q4 && c.dtype != DType::Q8F16 && c.dtype != DType::MXFP4) continue;
+    for (size_t tokens : {size_t(1), size_t(2), size_t(13)}) {
+      const size_t rows = 19;
+      const Matrix w = make_matrix(c.dtype, c.group_size, rows, c.cols, 41);
+      const std::vector<float> x = random_floats(tokens * c.cols, 42, 3.0f);
+      const std::vector<float> expected = run(detail::scalar_table().matmul_rows, w, x, tokens);
+      const uint32_t act = activation_group_size(c.dtype, c.group_size);
+      REQUIRE(act == 32);
+      const size_t xrow = row_bytes(DType::Q8, act, c.cols);
+      for (const NamedTable &isa : available_tables()) {
+        INFO(describe(isa.name, c, rows, tokens));
+        REQUIRE(bitwise_equal(run(isa.table->matmul_rows, w, x, tokens), expected));
+        REQUIRE(bitwise_equal(run(isa.table->gemm_rows, w, x, tokens), expected));
+        std::vector<unsigned char> xq(tokens * xrow);
+        for (size_t t = 0; t < tokens; ++t) isa.table->quantize_row_q8(x.data() + t * c.cols, c.cols, act, xq.data() + t * xrow);
+        for (MatmulQ8Fn fn : {isa.table->matmul_rows_q8, isa.table->gemm_rows_q8}) {
+          std::vector<float> y(tokens * rows);
+          fn(w.data(), c.dtype, c.group_size, c.cols, 0, rows, xq.data(), tokens, y.data(), rows);
+          REQUIRE(bitwise_equal(y, expected));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("q4 and mxfp4 rows longer than the stack buffer take the chunked path with the same bits",
+          "[kernels][q4][mxfp4]") {
+  // 65536 cols: 73728 bytes per quantised activation row (blocks of 32), more than 64 KiB.
+  const size_t rows = 3, tokens = 2, cols = 65536;
+  for (const auto &[dtype, group] : {std::pair{DType::Q4, 128u}, std::pair{DType::MXFP4, 32u}}) {
+    const Matrix w = make_matrix(dtype, group, rows, cols, 51);
+    const std::vector<float> x = random_floats(tokens * cols, 52);
+    const size_t xrow = row_bytes(DType::Q8, 32, cols);
+    std::vector<unsigned char> xq(tokens * xrow);
+    for (size_t t = 0; t < tokens; ++t) detail::scalar_table().quantize_row_q8(x.data() + t * cols, cols, 32, xq.data() + t * xrow);
+    for (const NamedTable &isa : available_tables()) {
+      INFO(isa.name << " " << dtype_name(dtype));
+      std::vector<float> expected(tokens * rows);
+      isa.table->matmul_rows_q8(w.data(), dtype, group, cols, 0, rows, xq.data(), tokens, expected.data(), rows);
+      REQUIRE(bitwise_equal(run(isa.table->matmul_rows, w, x, tokens), expected));
+      REQUIRE(bitwise_equal(run(isa.table->gemm_rows, w, x, tokens), expected));
     }
   }
 }
@@ -237,7 +295,7 @@ TEST_CASE("q8 rows longer than the stack buffer take the chunked path with the s
   for (const NamedTable &isa : available_tables()) {
     INFO(isa.name);
     std::vector<float> expected(tokens * rows);
-    isa.table->matmul_rows_q8(w.data(), 64, cols, 0, rows, xq.data(), tokens, expected.data(), rows);
+    isa.table->matmul_rows_q8(w.data(), DType::Q8, 64, cols, 0, rows, xq.data(), tokens, expected.data(), rows);
     REQUIRE(bitwise_equal(run(isa.table->matmul_rows, w, x, tokens), expected));
     REQUIRE(bitwise_equal(run(isa.table->gemm_rows, w, x, tokens), expected));
   }
@@ -315,6 +373,21 @@ TEST_CASE("kernel_table falls back to the best level the CPU has", "[kernels][di
   REQUIRE(weights_supported(DType::Q8, 32, 96));
   REQUIRE_FALSE(weights_supported(DType::Q8, 64, 96));
   REQUIRE_FALSE(weights_supported(DType::Q8, 16, 96));
+  // The version-2 block dtypes: 18 / 34 / 66 bytes per q4 group of 32 / 64 / 128, 34 per
+  // q8f16 block, 17 per mxfp4 block.
+  REQUIRE(row_bytes(DType::Q4, 32, 256) == 8 * 18);
+  REQUIRE(row_bytes(DType::Q4, 64, 256) == 4 * 34);
+  REQUIRE(row_bytes(DType::Q4, 128, 256) == 2 * 66);
+  REQUIRE(row_bytes(DType::Q8F16, 32, 256) == 8 * 34);
+  REQUIRE(row_bytes(DType::MXFP4, 32, 256) == 8 * 17);
+  REQUIRE(weights_supported(DType::Q4, 128, 256));
+  REQUIRE_FALSE(weights_supported(DType::Q4, 128, 192));
+  REQUIRE_FALSE(weights_supported(DType::Q4, 16, 256));
+  REQUIRE_FALSE(weights_supported(DType::Q8F16, 64, 256));
+  REQUIRE_FALSE(weights_supported(DType::MXFP4, 32, 48));
+  REQUIRE(activation_group_size(DType::Q8, 64) == 64);
+  REQUIRE(activation_group_size(DType::Q4, 128) == 32);
+  REQUIRE_FALSE(takes_q8_activations(DType::BF16));
   WARN("best ISA on this machine: " << isa_name(best)
        << (detail::cpu_supports_avx512_vnni() ? " (+vnni)" : ""));
 }

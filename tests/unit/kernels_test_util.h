@@ -48,6 +48,50 @@ struct Matrix {
   const void *data() const { return bytes.data(); }
 };
 
+// One row of a version-2 block dtype from random stored bytes (every code, scales of varied
+// magnitude), with the values those bytes mean per docs/format.md, computed independently of
+// the kernels: Q4 scale·(code − 8), Q8F16 scale·max(q, −127), MXFP4 2^(e − 127)·e2m1(code).
+inline void fill_random_blocks(DType dtype, uint32_t group_size, size_t cols, uint32_t seed, unsigned char *dst,
+                               float *val) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::normal_distribution<float> scale_dist(0.0f, 0.05f);
+  static const double kE2m1[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
+  auto nib = [](const unsigned char *c, size_t i) { return i < 16 ? c[i] & 0x0F : c[i - 16] >> 4; };
+  if (dtype == DType::MXFP4) {
+    for (size_t b = 0; b < cols / 32; ++b) {
+      unsigned char *blk = dst + b * kMxfp4BlockBytes;
+      blk[0] = static_cast<unsigned char>(120 + byte(rng) % 12);  // 2^-7 .. 2^4
+      for (int j = 0; j < 16; ++j) blk[1 + j] = static_cast<unsigned char>(byte(rng));
+      for (size_t i = 0; i < 32; ++i) {
+        const int code = nib(blk + 1, i);
+        const double v = std::ldexp(kE2m1[code & 7], blk[0] - 127);
+        val[b * 32 + i] = static_cast<float>(code & 8 ? -v : v);
+      }
+    }
+    return;
+  }
+  const size_t g = dtype == DType::Q4 ? group_size : 32;
+  const size_t block = dtype == DType::Q4 ? q4_block_bytes(group_size) : kQ8F16BlockBytes;
+  for (size_t b = 0; b < cols / g; ++b) {
+    unsigned char *blk = dst + b * block;
+    const uint16_t h = f32_to_f16_value(scale_dist(rng));
+    std::memcpy(blk, &h, 2);
+    const double scale = f16_to_f32_value(h);
+    for (size_t j = 2; j < block; ++j) blk[j] = static_cast<unsigned char>(byte(rng));
+    for (size_t i = 0; i < g; ++i) {
+      double q;
+      if (dtype == DType::Q4) {
+        q = nib(blk + 2 + (i / 32) * 16, i % 32) - 8;
+      } else {
+        const int raw = static_cast<int8_t>(blk[2 + i]);
+        q = raw < -127 ? -127 : raw;
+      }
+      val[b * g + i] = static_cast<float>(scale * q);
+    }
+  }
+}
+
 inline Matrix make_matrix(DType dtype, uint32_t group_size, size_t rows, size_t cols, uint32_t seed) {
   Matrix m{dtype, group_size, rows, cols, {}, {}};
   const std::vector<float> source = random_floats(rows * cols, seed);
@@ -89,6 +133,11 @@ inline Matrix make_matrix(DType dtype, uint32_t group_size, size_t rows, size_t 
         }
         break;
       }
+      case DType::Q4:
+      case DType::Q8F16:
+      case DType::MXFP4:
+        fill_random_blocks(dtype, group_size, cols, seed * 7919u + static_cast<uint32_t>(r), dst, val);
+        break;
     }
   }
   return m;
