@@ -1,5 +1,5 @@
 // bench/engine_bench.cpp — prefill and decode speed of the CPU engine, with the roofline
-// measured in the same run (ARCHITECTURE.md §9). Prints figures; asserts nothing.
+// measured in the same run (docs/architecture.md §9). Prints figures; asserts nothing.
 //
 //   engine_bench --model IMAGE [--threads 2] [--reps 3] [--isa avx512|avx2|scalar] [--decode-only | --prefill-only]
 //                [--load-into-memory]   (weights copied into huge-page memory, not served from the mapping)
@@ -548,7 +548,7 @@ int main(int argc, char **argv) {
   // Decode: every timed run is paired with a read probe right before it (3 passes, about a
   // second), and the roofline percentage is the median of the per-run ratios. The host's
   // bandwidth drifts by 10-20% over minutes; a ratio of two figures taken seconds apart is
-  // what this benchmark can state (ARCHITECTURE.md §9).
+  // what this benchmark can state (docs/architecture.md §9).
   colibri_probe::ReadProbeOptions paired = ro;
   paired.max_isa = kernels::isa_name(s->isa());
   paired.repetitions = 3;

@@ -1,7 +1,7 @@
 // bench/kernels_bench.cpp — micro benchmark of the CPU kernels and the thread pool.
 //
 // Reports, next to a memory-read bandwidth probe and an FMA peak probe measured in the same
-// run (ARCHITECTURE.md §9):
+// run (docs/architecture.md §9):
 //   * decode: matmul_rows at T=1, GB/s of weight bytes, streamed from DRAM (copies of the
 //     matrix spanning >= 1 GiB, visited round-robin) and hot (one copy, cache-resident);
 //   * prefill: gemm_rows at T=128 in GFLOP/s (and matmul_rows at T=128 for comparison), and

@@ -1,5 +1,5 @@
 // cli/bench.cpp — `colibri bench`: prefill (ppN) and decode (tgN) speed in the llama-bench
-// table format, measured by the protocol of ARCHITECTURE.md §9: one warm-up run, then the
+// table format, measured by the protocol of docs/architecture.md §9: one warm-up run, then the
 // median (± sample standard deviation, with min and max) of R runs; the memory read bandwidth
 // is probed with the same thread count right before that thread count's tests, and decode is
 // reported as a percentage of the roofline bandwidth / bytes read per token (active weight

@@ -1,4 +1,4 @@
-// cli/main.cpp — `colibri`: the command-line front end of libcolibri (ARCHITECTURE.md §1).
+// cli/main.cpp — `colibri`: the command-line front end of libcolibri (docs/architecture.md §1).
 // Dispatches to the subcommands, turns every Failure and unexpected exception into a
 // one-line message and an exit code (0 ok, 1 failure, 2 usage; docs/cli.md). Configuration
 // is by flags only: no environment variable changes what the program does.

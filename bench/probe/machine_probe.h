@@ -1,5 +1,5 @@
 // bench/probe/machine_probe.h — what the machine can do, measured on the spot: a STREAM-like
-// memory read probe and an fp32 FMA peak probe (ARCHITECTURE.md §9: every roofline figure is
+// memory read probe and an fp32 FMA peak probe (docs/architecture.md §9: every roofline figure is
 // a ratio to a probe run in the same process, minutes apart at most, with the same thread
 // count, because the host's bandwidth swings by 2× from one hour to the next).
 //

@@ -1,7 +1,7 @@
 // core/model/config.h — the hyper-parameters and routing semantics an image carries in its
 // metadata ("model" object), as one struct with JSON (de)serialisation. The converter fills
 // it from config.json; the engine reads it back. Field names are the JSON keys.
-// Semantics per family: ARCHITECTURE.md §4 and docs/format.md.
+// Semantics per family: docs/architecture.md §4 and docs/format.md.
 #pragma once
 
 #include <cstdint>

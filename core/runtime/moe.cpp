@@ -1,7 +1,7 @@
 // core/runtime/moe.cpp — the FFN block: the MoE block (router → top-k → dispatch →
 // experts → weighted merge, plus the optional shared expert) or a dense SwiGLU FFN.
 //
-// Routing (ARCHITECTURE.md §4): router logits in fp32, softmax with the max subtracted, top-k
+// Routing (docs/architecture.md §4): router logits in fp32, softmax with the max subtracted, top-k
 // with ties to the lower expert index, weights renormalised iff norm_topk_prob (Mixtral:
 // always). Dispatch groups the batch's (token, slot) pairs by expert once per layer with a
 // counting sort, so each active expert's weights are read once per batch however many

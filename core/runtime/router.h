@@ -1,5 +1,5 @@
 // core/runtime/router.h — routing semantics shared by the forward pass and the tests
-// (ARCHITECTURE.md §4): softmax in fp32 with the max subtracted (logits of ±5000 stay
+// (docs/architecture.md §4): softmax in fp32 with the max subtracted (logits of ±5000 stay
 // finite), top-k by probability with ties to the lower expert index, optional
 // renormalisation of the k weights.
 #pragma once

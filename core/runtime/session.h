@@ -1,6 +1,6 @@
 // core/runtime/session.h — a session: one model's KV cache for up to N sequences, the
 // activation arena, the thread pool, and the forward pass over a batch of
-// (sequence, position, token) entries (ARCHITECTURE.md §5).
+// (sequence, position, token) entries (docs/architecture.md §5).
 //
 // Memory: every buffer is sized at creation from SessionOptions; forward() performs no heap
 // allocation (the tests count). Numerics: fp32 accumulation; results are bitwise identical

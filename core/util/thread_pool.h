@@ -10,7 +10,7 @@
 // task (or a pool of one thread) runs on the calling thread alone, as thread 0. Because a task
 // always runs whole, on one thread, with the inputs the caller defined, results never depend
 // on the thread count or on which thread ran which task, as long as each task writes only
-// its own outputs (ARCHITECTURE.md §5).
+// its own outputs (docs/architecture.md §5).
 //
 // Cost model: a call performs no allocation and no system call while the workers are
 // spinning (after their last task they poll for `spin_microseconds` — with `pause` for the

@@ -5,8 +5,10 @@
 // ISA flags, so any inline function or template they instantiate with external linkage
 // (std::min, std::array::operator[], std::exp(float), ...) may be emitted there with AVX
 // instructions and then picked by the linker for every other caller, which would crash on
-// older CPUs. Keep all of their code in an anonymous namespace, use the local helpers in
-// simd_common.inl, and call only non-inline functions from outside (like the ones here).
+// older CPUs. Keep all of their code in an anonymous namespace, use the local helpers of the
+// .inl files they include inside it (tile_args.inl's min_size, the Simd vocabulary of
+// matmul_generic.inl and elementwise_simd.inl), and call only non-inline functions from
+// outside (like the ones here).
 #pragma once
 
 #include <cstddef>

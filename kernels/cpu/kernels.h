@@ -2,7 +2,7 @@
 // q8 activation quantisation, and the element-wise helpers of the forward pass.
 //
 // Owns: numerics only. Knows nothing about models, images, threads or allocation; it depends
-// on nothing else in the project (ARCHITECTURE.md §1). Callers split work into row ranges
+// on nothing else in the project (docs/architecture.md §1). Callers split work into row ranges
 // and hand each range to a thread; every kernel writes only the outputs of its range.
 //
 // One implementation per instruction set (scalar, AVX2+FMA+F16C, AVX-512 F/BW/VL/DQ),

@@ -6,7 +6,7 @@
 // quantized checkpoints, o_proj biases).
 //
 // Semantics come from the transformers sources (models/<family>/modeling_<family>.py and
-// configuration_<family>.py); ARCHITECTURE.md §3–§4 summarises them.
+// configuration_<family>.py); docs/architecture.md §3–§4 summarises them.
 #pragma once
 
 #include <cstdint>
