@@ -81,7 +81,18 @@ extern "C" {
   X(int32_t, session_set_expert_fn, (colibri_session *session, colibri_expert_fn fn, void *user)) \
   X(const char *, stage_name, (uint32_t stage)) \
   X(int32_t, session_get_stats, (const colibri_session *session, colibri_stats *stats)) \
-  X(int32_t, session_reset_stats, (colibri_session *session))
+  X(int32_t, session_reset_stats, (colibri_session *session)) \
+  X(int32_t, engine_options_init, (colibri_engine_options *options, size_t struct_size)) \
+  X(int32_t, engine_create, (colibri_model *model, const colibri_engine_options *options, colibri_engine **engine_out)) \
+  X(void, engine_free, (colibri_engine *engine)) \
+  X(int32_t, engine_get_stats, (const colibri_engine *engine, colibri_engine_stats *stats)) \
+  X(int32_t, request_options_init, (colibri_request_options *options, size_t struct_size)) \
+  X(int32_t, request_submit, (colibri_engine *engine, const int32_t *prompt, size_t prompt_count, const colibri_request_options *options, colibri_request **request_out)) \
+  X(int32_t, request_next, (colibri_request *request, int64_t timeout_ns, const char **piece, size_t *piece_size)) \
+  X(int32_t, request_cancel, (colibri_request *request)) \
+  X(int32_t, request_get_result, (const colibri_request *request, colibri_request_result *result)) \
+  X(int32_t, request_tokens, (const colibri_request *request, int32_t *tokens, size_t capacity, size_t *count)) \
+  X(void, request_free, (colibri_request *request))
 
 
 typedef struct colibri_api {

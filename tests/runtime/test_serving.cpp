@@ -226,7 +226,7 @@ TEST_CASE("engine: the second chat turn reuses the first turn's KV and gives the
   CHECK(again->result().prefix_hit_tokens == 0);
 }
 
-TEST_CASE("engine: cancellation while queued, prefilling or decoding; deadlines", "[serving][cancel]") {
+TEST_CASE("engine: cancellation while queued, prefilling or decoding, and deadlines", "[serving][cancel]") {
   serving::EngineOptions eo = engine_options(1);
   eo.step_tokens = 2;  // a long prompt prefills over many steps
   auto engine = make_engine(eo);
@@ -282,7 +282,7 @@ TEST_CASE("engine: cancellation while queued, prefilling or decoding; deadlines"
   CHECK(timed->next(&piece, 0ns) == serving::Request::Poll::Done);
 }
 
-TEST_CASE("engine: a full queue answers Busy at once; bad requests are refused at submit", "[serving][limits]") {
+TEST_CASE("engine: a full queue answers Busy at once, bad requests are refused at submit", "[serving][limits]") {
   serving::EngineOptions eo = engine_options(1);
   eo.queue_capacity = 1;
   auto engine = make_engine(eo);
