@@ -21,7 +21,7 @@ namespace colibri::image {
 struct TensorSpec {
   std::string name;
   DType dtype = DType::F32;
-  uint32_t group_size = 0;  // Q8 only
+  uint32_t group_size = 0;  // the block dtypes (Q8, Q4, Q8F16, MXFP4); 0 for the float dtypes
   std::vector<uint64_t> shape;  // outermost first
 };
 

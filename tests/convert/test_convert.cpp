@@ -261,7 +261,7 @@ TEST_CASE("q8 uses the requested group size and falls back where rows do not div
   check_tensors(*img, s);
 }
 
-TEST_CASE("--dtype q4/mxfp4 quantise the experts, the other matrices are q8f16; --tensor-dtype overrides a class",
+TEST_CASE("q4 and mxfp4 (--dtype) quantise the experts, the other matrices are q8f16, --tensor-dtype overrides a class",
           "[convert][q4]") {
   ScopedTempDir dir("q4");
   SyntheticCheckpointSpec s;

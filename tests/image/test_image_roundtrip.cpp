@@ -133,7 +133,7 @@ TEST_CASE("opening reads no tensor bytes: a huge sparse tail does not slow the o
   CHECK_THAT(v.message, Catch::Contains("'big'") && Catch::Contains("checksum mismatch"));
 }
 
-TEST_CASE("images with q4, q8f16 or mxfp4 tensors are version 2; version 1 cannot name those dtypes", "[image][version]") {
+TEST_CASE("images with q4, q8f16 or mxfp4 tensors are version 2, and version 1 cannot name those dtypes", "[image][version]") {
   for (image::DType dtype : {image::DType::Q4, image::DType::Q8F16, image::DType::MXFP4}) {
     INFO(image::dtype_name(dtype));
     std::string path = testing::temp_dir("v2") + "/model.colibri";
