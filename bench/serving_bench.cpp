@@ -73,7 +73,8 @@ std::vector<int32_t> generate_alone(runtime::Session &s, const std::vector<int32
   for (int32_t t : prompt) sampler.accept(t);
   std::vector<int32_t> out;
   for (uint32_t position = static_cast<uint32_t>(prompt.size());;) {
-    const int32_t token = sampler.sample(s.logits(0));
+    int32_t token = -1;
+    if (Error se = sampler.sample(s.logits(0), &token)) die(se.message);
     sampler.accept(token);
     out.push_back(token);
     if (out.size() >= o.max_tokens) return out;

@@ -505,7 +505,16 @@ void Engine::step() {
     // 6. Sample each sequence whose last token was computed; finished ones leave.
     for (size_t row = 0; row < logit_owner_.size(); ++row) {
       Sequence &seq = *logit_owner_[row];
-      on_token(seq, seq.sampler.sample(session_->logits(row)));
+      int32_t token = -1;
+      if (Error e = seq.sampler.sample(session_->logits(row), &token)) {
+        // A row with no finite candidate (the sampler refuses to pick): this request ends with
+        // the error, the others go on.
+        seq.computed = 0;
+        finish(seq, FinishReason::Error, e);
+        release_slot(seq);
+        continue;
+      }
+      on_token(seq, token);
       if (seq.request->finished()) release_slot(seq);
       else if (options_.prefix_cache) session_->commit_prefix(seq.slot, seq.tokens.data(), seq.computed);
     }
