@@ -141,7 +141,9 @@ func TestEngineCancelBusyTimeoutPrefix(t *testing.T) {
 	if _, err := collect(t, context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
-	if res, _ := b.Result(); res.FinishReason != FinishCancelled || res.GeneratedTokens != 0 {
+	// b may have had the slot for a few tokens (a can finish first on a fast machine); it must
+	// end cancelled, short of its limit.
+	if res, _ := b.Result(); res.FinishReason != FinishCancelled || res.GeneratedTokens >= long.MaxTokens {
 		t.Fatalf("b: %+v", res)
 	}
 	if _, err := collect(t, context.Background(), a); err != nil {

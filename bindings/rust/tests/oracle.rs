@@ -578,7 +578,10 @@ fn engine_busy_cancel_timeout_prefix() {
     thread::spawn(move || canceller.cancel().unwrap()).join().unwrap();
     assert!(b.by_ref().all(|p| p.is_ok()));
     let rb = b.result().unwrap();
-    assert_eq!((rb.finish_reason, rb.generated_tokens), (FinishReason::Cancelled, 0));
+    // b may have had the slot for a few tokens (a can finish before the cancel lands on a fast
+    // machine); it must end cancelled, short of its 40.
+    assert_eq!(rb.finish_reason, FinishReason::Cancelled, "{rb:?}");
+    assert!(rb.generated_tokens < 40, "{rb:?}");
     assert!(a.by_ref().all(|p| p.is_ok()));
     assert_eq!(a.result().unwrap().generated_tokens, 40);
     // Second turn over the first turn's history: its full blocks come from the prefix cache.
