@@ -2,7 +2,7 @@
 # bindings/run_tests.sh — runs one binding check for ctest (bindings/CMakeLists.txt).
 #
 # Usage: run_tests.sh KIND WORK_DIR LIBRARY MODEL_TOOL ORACLE_DIR
-#   KIND       go-vet | go-test | cargo-test
+#   KIND       go-vet | go-test | go-consumer | cargo-test
 #   WORK_DIR   a directory in the build tree: Go's cache and GOPATH, cargo's target dir and
 #              the tests' temporary files go there (nothing is written to $HOME)
 #   LIBRARY    the built libcolibri.so.1;  MODEL_TOOL  the built colibri-model
@@ -23,6 +23,49 @@ skip() {
 }
 
 case $kind in
+  go-consumer)
+    # Another module depending on the binding offline, exactly as bindings/go/README.md says
+    # ("Using it from your own module"): a require plus a replace directive, no proxy, no go get.
+    command -v go >/dev/null || skip "go not found (Debian package golang-go; scripts/install-deps.sh installs it)"
+    export GOPROXY=off GOSUMDB=off GOTOOLCHAIN=local CGO_ENABLED=1 GOFLAGS=
+    export GOCACHE="$work/go-cache" GOPATH="$work/gopath" GOENV=off
+    app="$work/tmp/myapp"
+    lib=$(realpath "$COLIBRI_LIB")
+    mkdir -p "$app"
+    cat >"$app/go.mod" <<EOF
+module example.com/myapp
+
+go 1.19
+
+require colibri.dev/colibri v0.0.0
+
+replace colibri.dev/colibri => $here/go
+EOF
+    cat >"$app/main.go" <<'EOF'
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"colibri.dev/colibri"
+)
+
+func main() {
+	lib, err := colibri.Load(os.Args[1]) // "" = libcolibri.so.1 from the loader path
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println("libcolibri", lib.Version(), "ABI", lib.ABIVersion())
+}
+EOF
+    cd "$app"
+    go build -o myapp .
+    out=$(./myapp "$lib")
+    echo "$out"
+    [[ $out == "libcolibri "*" ABI "* ]] || { echo "unexpected output: $out"; exit 1; }
+    ;;
   go-vet | go-test)
     command -v go >/dev/null || skip "go not found (Debian package golang-go; scripts/install-deps.sh installs it)"
     # Offline and self-contained: no module proxy, caches inside the build tree.

@@ -18,10 +18,25 @@
 
 #include <nlohmann/json.hpp>
 
+#include "args.h"
+
 namespace colibri_cli {
 
 void fail_usage(const std::string &message) { throw Failure{kExitUsage, message}; }
 void fail_runtime(const std::string &message) { throw Failure{kExitFailure, message}; }
+void fail_io(const std::string &message) { throw Failure{kExitIo, message}; }
+
+int exit_code_for_status(int32_t status) {
+  switch (status) {
+    case COLIBRI_ERROR_INVALID_ARGUMENT: return kExitUsage;
+    case COLIBRI_ERROR_IO:
+    case COLIBRI_ERROR_OUT_OF_MEMORY: return kExitIo;  // the OS ran out of something: not a bug
+    case COLIBRI_ERROR_NOT_AN_IMAGE: return kExitNotAnImage;
+    case COLIBRI_ERROR_UNSUPPORTED: return kExitUnsupported;
+    case COLIBRI_ERROR_INTERNAL: return kExitInternal;
+    default: return kExitFailure;  // corrupt, non-finite, context full, ...
+  }
+}
 
 std::string last_api_error(int32_t status) {
   size_t size = 0;
@@ -34,7 +49,8 @@ std::string last_api_error(int32_t status) {
 }
 
 void check_api(int32_t status, const std::string &what) {
-  if (status < 0) fail_runtime(what.empty() ? last_api_error(status) : what + ": " + last_api_error(status));
+  if (status < 0)
+    throw Failure{exit_code_for_status(status), what.empty() ? last_api_error(status) : what + ": " + last_api_error(status)};
 }
 
 // ---- flag values -------------------------------------------------------------------------------
@@ -107,7 +123,8 @@ void add_model_flags(cxxopts::Options &options, FlagSet set) {
        cxxopts::value<std::string>(), "IMAGE");
   if (set == FlagSet::ImageOnly) return;
   if (set == FlagSet::Full)
-    options.add_options("Model")("threads", "worker threads, 1..1024 (default: every CPU this process may use)",
+    options.add_options("Model")("t,threads", "worker threads, 1..1024 (default: every CPU this process may use: under "
+                                 "taskset, numactl --cpunodebind or a cpuset, the CPUs it allows)",
                                  cxxopts::value<std::string>(), "N");
   options.add_options("Model")
       ("numa", "NUMA placement: off, bind:NODE (weights and threads on NODE) or interleave (weight pages over the nodes the "
@@ -118,6 +135,9 @@ void add_model_flags(cxxopts::Options &options, FlagSet set) {
       ("load-into-memory", "copy the image into huge-page memory at open instead of serving the weights from the file "
                            "mapping: a few percent faster decode, costs a read of the file and its size in private memory")
       ("verify", "check every tensor's checksum at open (reads the whole file)")
+      ("warmup", "read every weight page once at open, so the first tokens do not pay for page faults")
+      ("route-deterministic", "accepted for compatibility and changes nothing: routing is always deterministic (fp32 "
+                              "softmax, ties to the lower expert index; the same bits for any thread count or batch)")
       ("isa", "widest CPU kernels: auto (the best the CPU has), avx512, avx2 or scalar. One level gives the same bits "
               "on every CPU that has it; levels differ in the last bits of the logits",
        cxxopts::value<std::string>()->default_value("auto"), "ISA");
@@ -140,12 +160,17 @@ ModelFlags read_model_flags(const cxxopts::ParseResult &result, FlagSet set) {
     flags.numa_policy = COLIBRI_NUMA_BIND;
     flags.numa_node = static_cast<uint32_t>(parse_integer("--numa bind:NODE", numa.substr(5), 0, 1023));
   } else {
-    fail_usage("--numa must be off, bind:NODE (e.g. bind:0) or interleave, got '" + numa + "'");
+    fail_usage("--numa must be off, bind:NODE (e.g. bind:0) or interleave, got '" + numa + "'" +
+               (numa == "distribute" || numa == "isolate" || numa == "numactl"
+                    ? " (llama.cpp's " + numa + " is not a Colibri policy: run under `numactl` and Colibri keeps its CPU "
+                      "and memory sets, or use bind:NODE / interleave)"
+                    : std::string()));
   }
   flags.lock_memory = result.count("mlock") > 0;
   flags.populate = result.count("populate") > 0;
   flags.load_into_memory = result.count("load-into-memory") > 0;
   flags.verify = result.count("verify") > 0;
+  flags.warm_up = result.count("warmup") > 0;
   const std::string isa = result["isa"].as<std::string>();
   if (isa == "auto") flags.max_isa = COLIBRI_ISA_AUTO;
   else if (isa == "avx512") flags.max_isa = COLIBRI_ISA_AVX512;
@@ -174,10 +199,9 @@ std::string executable_dir() {
 }  // namespace
 
 std::vector<std::string> default_model_candidates() {
+  // Relative to the executable only: <prefix>/bin/colibri reads <prefix>/share/colibri/models,
+  // and the build tree mirrors that layout (cli/CMakeLists.txt); no build path is compiled in.
   std::vector<std::string> candidates;
-#ifdef COLIBRI_CLI_BUILD_TREE_MODEL
-  candidates.emplace_back(COLIBRI_CLI_BUILD_TREE_MODEL);
-#endif
   std::string dir = executable_dir();
   if (!dir.empty()) candidates.push_back(dir + "/" COLIBRI_CLI_INSTALL_RELATIVE_MODEL);
   return candidates;
@@ -190,7 +214,7 @@ std::string resolve_model_path(const ModelFlags &flags) {
     if (is_regular_file(c)) return c;
   std::string looked;
   for (const std::string &c : candidates) looked += (looked.empty() ? "" : ", ") + c;
-  fail_runtime("no -m IMAGE given and the bundled default model was not found (looked at: " + looked +
+  fail_io("no -m IMAGE given and the bundled default model was not found (looked at: " + looked +
                "). Build it with `cmake --build BUILD_DIR` (it is part of the default target), or convert a Hugging "
                "Face checkpoint with `colibri-model convert HF_DIR -o X.colibri` and pass `-m X.colibri`");
 }
@@ -205,6 +229,7 @@ ModelPtr open_model(const ModelFlags &flags) {
   options.lock_memory = flags.lock_memory ? 1 : 0;
   options.populate = flags.populate ? 1 : 0;
   options.load_into_memory = flags.load_into_memory ? 1 : 0;
+  options.warm_up = flags.warm_up ? 1 : 0;
   options.verify_checksums = flags.verify ? 1 : 0;
   colibri_model *model = nullptr;
   int32_t status = colibri_model_open(path.c_str(), &options, &model);
@@ -212,7 +237,7 @@ ModelPtr open_model(const ModelFlags &flags) {
     std::string message = last_api_error(status);
     // The library's messages name the file already; add it when one does not.
     if (message.find(path) == std::string::npos) message = path + ": " + message;
-    fail_runtime(message);
+    throw Failure{exit_code_for_status(status), message};
   }
   return ModelPtr(model);
 }
@@ -228,16 +253,16 @@ std::string read_text_file(const std::string &flag, const std::string &path) {
   if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   struct stat st{};
   if (::stat(path.c_str(), &st) != 0)
-    fail_runtime(flag + " " + path + ": " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) fail_runtime(flag + " " + path + ": is a directory, give a text file");
+    fail_io(flag + " " + path + ": " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) fail_io(flag + " " + path + ": is a directory, give a text file");
   // A device (/dev/zero, /dev/urandom, a disk) would be read until memory runs out; a pipe is
   // fine (it ends when its writer closes it), and "-" reads standard input.
   if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))
-    fail_runtime(flag + " " + path + ": is a device, give a text file (or - for standard input)");
+    fail_io(flag + " " + path + ": is a device, give a text file (or - for standard input)");
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail_runtime(flag + " " + path + ": " + std::strerror(errno));
+  if (!in) fail_io(flag + " " + path + ": " + std::strerror(errno));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) fail_runtime(flag + " " + path + ": read error");
+  if (in.bad()) fail_io(flag + " " + path + ": read error");
   return text;
 }
 
@@ -245,12 +270,39 @@ void print_json(const nlohmann::json &value) {
   std::printf("%s\n", value.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
 
+namespace {
+
+extern "C" void log_to_stderr(void *, int32_t level, const char *message) {
+  const char *name = level >= COLIBRI_LOG_ERROR ? "error" : level == COLIBRI_LOG_WARNING ? "warning" : level == COLIBRI_LOG_INFO ? "info" : "debug";
+  std::fprintf(stderr, "colibri: %s: %s\n", name, message);
+}
+
+void install_log_level(const std::string &level) {
+  int32_t min_level = COLIBRI_LOG_OFF;
+  if (level == "debug") min_level = COLIBRI_LOG_DEBUG;
+  else if (level == "info") min_level = COLIBRI_LOG_INFO;
+  else if (level == "warning" || level == "warn") min_level = COLIBRI_LOG_WARNING;
+  else if (level == "error") min_level = COLIBRI_LOG_ERROR;
+  else if (level != "off") fail_usage("--log-level must be off, error, warning, info or debug, got '" + level + "'");
+  if (min_level != COLIBRI_LOG_OFF) check_api(colibri_set_log_callback(log_to_stderr, nullptr, min_level), "--log-level");
+}
+
+}  // namespace
+
 cxxopts::ParseResult parse_flags(cxxopts::Options &options, int argc, char **argv, bool *help_shown) {
   options.add_options("Help")("h,help", "show this help");
+  options.add_options("Output")("log-level", "the library's log messages on standard error at LEVEL and above: off, "
+                                "error, warning, info (model open, session set-up) or debug",
+                                cxxopts::value<std::string>()->default_value("off"), "LEVEL");
   options.set_width(100);
   *help_shown = false;
+  const std::string program = options.program();
+  const std::string command = program.substr(program.find(' ') == std::string::npos ? 0 : program.find(' ') + 1);
+  std::vector<std::string> arguments = normalize_arguments(command, options, argc, argv);
+  std::vector<const char *> pointers;
+  for (const std::string &a : arguments) pointers.push_back(a.c_str());
   try {
-    cxxopts::ParseResult result = options.parse(argc, argv);
+    cxxopts::ParseResult result = options.parse(static_cast<int>(pointers.size()), pointers.data());
     if (result.count("help")) {
       // Groups in reading order (cxxopts would sort them by name).
       std::vector<std::string> groups;
@@ -262,6 +314,7 @@ cxxopts::ParseResult parse_flags(cxxopts::Options &options, int argc, char **arg
     }
     if (!result.unmatched().empty())
       fail_usage("unexpected argument '" + result.unmatched().front() + "' (see '" + options.program() + " --help')");
+    install_log_level(result["log-level"].as<std::string>());
     return result;
   } catch (const cxxopts::exceptions::exception &e) {
     fail_usage(std::string(e.what()) + " (see '" + options.program() + " --help')");

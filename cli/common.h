@@ -16,15 +16,23 @@
 
 namespace colibri_cli {
 
-// Exit codes (docs/cli.md): 0 success, 1 the run failed (model, file, engine), 2 usage.
+// Exit codes: one table for colibri and colibri-model (docs/cli.md "Exit status"; the model
+// tool's constants in modeltool/commands.h have the same values and meanings).
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;
-inline constexpr int kExitUsage = 2;
-// `colibri run` stopped by Ctrl-C (128 + SIGINT, the shell convention).
+inline constexpr int kExitFailure = 1;      // a damaged image, or the command failed (engine, input text)
+inline constexpr int kExitUsage = 2;        // the command line
+inline constexpr int kExitNotAnImage = 3;   // a file given as an image is some other kind of file
+inline constexpr int kExitIo = 4;           // a file cannot be opened, read or written
+inline constexpr int kExitUnsupported = 5;  // valid input that this build cannot handle
+inline constexpr int kExitInternal = 70;    // a bug: please report it
+// Stopped by Ctrl-C (128 + SIGINT, the shell convention).
 inline constexpr int kExitInterrupted = 130;
 // The image was truncated or overwritten under the process and a read of its mapping faulted
 // (128 + SIGBUS, what a shell reports for the signal); the SIGBUS handler prints why.
 inline constexpr int kExitMappingFault = 135;
+
+// The exit code of a failed C API call, by its status.
+int exit_code_for_status(int32_t status);
 
 // Thrown by a subcommand; main() prints "colibri CMD: message" and exits with exit_code.
 struct Failure {
@@ -34,9 +42,10 @@ struct Failure {
 
 [[noreturn]] void fail_usage(const std::string &message);
 [[noreturn]] void fail_runtime(const std::string &message);
+[[noreturn]] void fail_io(const std::string &message);
 // The calling thread's colibri_last_error() message, or the status name when there is none.
 std::string last_api_error(int32_t status);
-// Throws a runtime Failure "<what>: <last API error>" when status is negative.
+// Throws a Failure "<what>: <last API error>" when status is negative, with the status's exit code.
 void check_api(int32_t status, const std::string &what);
 
 // ---- flag values -------------------------------------------------------------------------
@@ -67,17 +76,20 @@ struct ModelFlags {
   bool load_into_memory = false;
   bool verify = false;
   uint32_t max_isa = COLIBRI_ISA_AUTO;  // --isa: the sessions' kernel cap (a session option)
+  bool warm_up = false;                 // --warmup: read every weight page once at open
 };
 
 enum class FlagSet { ImageOnly, Full, FullWithoutThreads };
-// Adds -m and (Full) --threads, --numa, --mlock, --populate, --load-into-memory, --verify, --isa to `options`.
+// Adds -m and (Full) -t/--threads, --numa, --mlock, --populate, --load-into-memory, --verify, --isa,
+// --warmup, --route-deterministic to `options`.
 void add_model_flags(cxxopts::Options &options, FlagSet set);
 ModelFlags read_model_flags(const cxxopts::ParseResult &result, FlagSet set);
 // Parses a --threads value (1..1024, the library's range).
 uint32_t parse_threads(const std::string &flag, const std::string &text);
 
-// The bundled model's search order (docs/cli.md): the build tree's image, then the install
-// tree's <exe_dir>/<bin-to-data>/colibri/models/colibri-tiny-moe.colibri.
+// Where the bundled model is looked for (docs/cli.md "The default model"): only
+// <exe_dir>/<bin-to-data>/colibri/models/colibri-tiny-moe.colibri, the install layout, which the
+// build tree mirrors; no build-tree path is compiled in.
 std::vector<std::string> default_model_candidates();
 // flags.image, or the first default candidate that exists; a Failure saying how to get a
 // model when there is none.
@@ -92,8 +104,9 @@ std::string read_text_file(const std::string &flag, const std::string &path);
 // (file paths may not be) come out with U+FFFD in place of the bad bytes instead of failing.
 void print_json(const nlohmann::json &value);
 
-// Parses the subcommand's argv with `options`; --help prints the help and exits 0; a bad flag
-// or a stray positional argument is a usage Failure.
+// Parses the subcommand's argv with `options` after the vocabulary layer (args.h) rewrote it,
+// and installs the --log-level it gives (every command has it); --help prints the help and
+// exits 0; a bad flag or a stray positional argument is a usage Failure.
 cxxopts::ParseResult parse_flags(cxxopts::Options &options, int argc, char **argv, bool *help_shown);
 
 // Tokenizes with the model's tokenizer (flags: COLIBRI_TOKENIZE_*).

@@ -1,6 +1,6 @@
 // cli/main.cpp — `colibri`: the command-line front end of libcolibri (docs/architecture.md §1).
 // Dispatches to the subcommands, turns every Failure and unexpected exception into a
-// one-line message and an exit code (0 ok, 1 failure, 2 usage; docs/cli.md). Configuration
+// one-line message and an exit code (the table of docs/cli.md "Exit status"). Configuration
 // is by flags only: no environment variable changes what the program does.
 #include <signal.h>
 #include <unistd.h>
@@ -44,8 +44,10 @@ void print_help(std::FILE *out) {
                "\nWithout -m, commands use the bundled model colibri-tiny-moe (built with the project).\n"
                "Images are made with `colibri-model convert HF_DIR -o X.colibri`.\n\n"
                "Options:\n  -h, --help     show this help\n  --version      print the versions of colibri and libcolibri\n\n"
-               "Exit status: 0 success, 1 the command failed (model, file, engine), 2 usage error,\n"
-               "130 `run` interrupted by Ctrl-C, 135 the image changed while in use (SIGBUS). Guide: docs/cli.md\n");
+               "Exit status (the same table as colibri-model's): 0 ok, 1 damaged image or the command failed,\n"
+               "2 usage error, 3 not an image, 4 I/O error (also out of memory or threads), 5 unsupported input,\n"
+               "70 internal error, 130 interrupted by Ctrl-C, 135 the image changed while in use (SIGBUS).\n"
+               "Guide: docs/cli.md\n");
 }
 
 // Every byte a command printed must have reached stdout: a full disk or a closed file would
@@ -57,7 +59,7 @@ int finish_stdout(const char *command, int code) {
   if (flushed && !std::ferror(stdout)) return code;
   std::fprintf(stderr, "colibri %s: writing to standard output failed%s%s\n", command, saved ? ": " : "",
                saved ? std::strerror(saved) : "");
-  return code == colibri_cli::kExitOk ? colibri_cli::kExitFailure : code;
+  return code == colibri_cli::kExitOk ? colibri_cli::kExitIo : code;
 }
 
 }  // namespace
@@ -128,7 +130,7 @@ int main(int argc, char **argv) {
     return colibri_cli::kExitFailure;
   } catch (const std::exception &e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "colibri %s: %s\n", command->name, e.what());
-    return colibri_cli::kExitFailure;
+    std::fprintf(stderr, "colibri %s: internal error: %s\n", command->name, e.what());
+    return colibri_cli::kExitInternal;
   }
 }

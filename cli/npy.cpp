@@ -58,7 +58,7 @@ void write_npy_atomically(const std::string &path, const std::vector<size_t> &sh
   if (fd < 0) {
     size_t slash = path.rfind('/');
     std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-    fail_runtime("-o " + path + ": cannot create a file in " + dir + ": " + std::strerror(errno) +
+    fail_io("-o " + path + ": cannot create a file in " + dir + ": " + std::strerror(errno) +
                  " (the directory must exist and be writable)");
   }
   bool ok = write_all(fd, header.data(), header.size()) && write_all(fd, data, count * sizeof(float)) && ::fsync(fd) == 0;
@@ -73,7 +73,7 @@ void write_npy_atomically(const std::string &path, const std::vector<size_t> &sh
   }
   if (!ok) {
     ::unlink(temp.c_str());
-    fail_runtime("-o " + path + ": " + std::strerror(saved));
+    fail_io("-o " + path + ": " + std::strerror(saved));
   }
 }
 

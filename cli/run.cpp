@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "commands.h"
 #include "common.h"
 
@@ -67,12 +69,15 @@ struct Outcome {
 struct PieceSink {
   Outcome *outcome;
   bool keep_text;
+  bool stream;  // write the pieces to standard output as they come (not under --json)
 };
 
 int32_t write_piece(void *user, const char *piece, size_t size) {
   auto *sink = static_cast<PieceSink *>(user);
-  std::fwrite(piece, 1, size, stdout);
-  std::fflush(stdout);
+  if (sink->stream) {
+    std::fwrite(piece, 1, size, stdout);
+    std::fflush(stdout);
+  }
   if (sink->keep_text) sink->outcome->text.append(piece, size);
   if (size) sink->outcome->ends_with_newline = piece[size - 1] == '\n';
   return g_interrupted ? 1 : 0;
@@ -81,7 +86,7 @@ int32_t write_piece(void *user, const char *piece, size_t size) {
 // Generates from `prompt` and streams the pieces. A context that fills up before max_tokens
 // ends the generation like a length limit (finish reason "context"), not as an error.
 Outcome generate(colibri_session *session, const std::vector<int32_t> &prompt, const RunSettings &settings,
-                 uint64_t seed, bool keep_text) {
+                 uint64_t seed, bool keep_text, bool stream = true) {
   Outcome outcome;
   outcome.result.struct_size = sizeof outcome.result;
   colibri_sampler_options sampler = settings.sampler;
@@ -95,7 +100,7 @@ Outcome generate(colibri_session *session, const std::vector<int32_t> &prompt, c
   options.sampler = &sampler;
   options.stop_strings = stops.empty() ? nullptr : stops.data();
   options.stop_string_count = stops.size();
-  PieceSink sink{&outcome, keep_text};
+  PieceSink sink{&outcome, keep_text, stream};
   g_interrupted = 0;
   g_generating = 1;
   int32_t status = colibri_generate(session, prompt.data(), prompt.size(), &options, write_piece, &sink, &outcome.result);
@@ -121,6 +126,38 @@ std::string summary(uint64_t prompt_tokens, uint64_t generated_tokens, uint64_t 
 }
 
 std::string finish_of(const Outcome &o) { return o.context_full ? "context" : finish_name(o.result.finish_reason); }
+
+// --json: the run as one object on standard output (the text included, nothing streamed).
+nlohmann::json summary_json(const Outcome &o, uint64_t seed) {
+  const double prefill_s = static_cast<double>(o.result.prefill_ns) / 1e9, decode_s = static_cast<double>(o.result.decode_ns) / 1e9;
+  return {{"text", o.text},
+          {"prompt_tokens", o.result.prompt_token_count},
+          {"generated_tokens", o.result.generated_token_count},
+          {"prefill_seconds", prefill_s},
+          {"decode_seconds", decode_s},
+          {"prefill_tokens_per_second", prefill_s > 0 ? static_cast<double>(o.result.prompt_token_count) / prefill_s : 0.0},
+          {"decode_tokens_per_second", decode_s > 0 ? static_cast<double>(o.result.generated_token_count) / decode_s : 0.0},
+          {"finish_reason", finish_of(o)},
+          {"seed", seed}};
+}
+
+// --profile: the session's per-stage time (colibri_session_get_stats) on standard error.
+void print_profile(const colibri_session *session) {
+  colibri_stats stats{};
+  stats.struct_size = sizeof stats;
+  check_api(colibri_session_get_stats(session, &stats), "stats");
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < stats.stage_count && i < COLIBRI_STATS_MAX_STAGES; ++i) total += stats.stage_ns[i];
+  std::fprintf(stderr, "colibri run: profile over %llu tokens in %llu forward calls:",
+               static_cast<unsigned long long>(stats.tokens), static_cast<unsigned long long>(stats.forward_calls));
+  for (uint32_t i = 0; i < stats.stage_count && i < COLIBRI_STATS_MAX_STAGES; ++i) {
+    const char *name = colibri_stage_name(i);
+    if (!name) continue;
+    std::fprintf(stderr, " %s %.1f ms (%.0f%%)", name, static_cast<double>(stats.stage_ns[i]) / 1e6,
+                 total ? 100.0 * static_cast<double>(stats.stage_ns[i]) / static_cast<double>(total) : 0.0);
+  }
+  std::fprintf(stderr, "\n");
+}
 
 // Renders the conversation with the model's template (ending with the assistant's turn).
 std::string render_chat(const colibri_model *model, const std::vector<std::pair<std::string, std::string>> &history) {
@@ -177,6 +214,10 @@ int chat_loop(const colibri_model *model, colibri_session *session, uint32_t con
     Outcome o = generate(session, prompt, settings, seed + turns, true);
     if (!o.ends_with_newline) std::fputc('\n', stdout);
     std::fflush(stdout);
+    // A reply that ended before its first visible piece would otherwise be an empty line.
+    if (o.text.find_first_not_of(" \t\r\n") == std::string::npos)
+      std::fprintf(stderr, "colibri chat: the model ended this reply without any text (%llu tokens, finish: %s)\n",
+                   static_cast<unsigned long long>(o.result.generated_token_count), finish_of(o).c_str());
     history.emplace_back("assistant", o.text);
     ++turns;
     prompt_total += o.result.prompt_token_count;
@@ -186,8 +227,9 @@ int chat_loop(const colibri_model *model, colibri_session *session, uint32_t con
     last_finish = finish_of(o);
   }
   if (interactive) std::fputc('\n', stderr);
-  std::fprintf(stderr, "colibri run: %llu turns, %s\n", static_cast<unsigned long long>(turns),
-               summary(prompt_total, generated_total, prefill_ns, decode_ns, last_finish).c_str());
+  std::fprintf(stderr, "colibri run: %llu turns, %s, seed %llu\n", static_cast<unsigned long long>(turns),
+               summary(prompt_total, generated_total, prefill_ns, decode_ns, last_finish).c_str(),
+               static_cast<unsigned long long>(seed));
   return kExitOk;
 }
 
@@ -218,6 +260,8 @@ int run_command(int argc, char **argv) {
       ("ctx", "context length in tokens, prompt + output, 1..16777216 (default: the model's maximum, at most 4096)",
        cxxopts::value<std::string>(), "N")
       ("kv-f16", "store the KV cache as f16 (half the memory; keys and values are rounded)")
+      ("batch-size", "prompt tokens per forward call, 1..65536; a longer prompt is prefilled in calls of this size "
+                     "(default: the library's)", cxxopts::value<std::string>(), "N")
       ("raw", "write only the generated text to standard output: no prompt echo, no final newline");
   options.add_options("Sampling")
       ("temp", "temperature, 0..100; 0 = greedy (argmax)", cxxopts::value<std::string>()->default_value("0.8"), "T")
@@ -236,6 +280,10 @@ int run_command(int argc, char **argv) {
        cxxopts::value<std::string>()->default_value("64"), "N")
       ("seed", "sampling seed, 0..9223372036854775807 (default: random, printed in the summary)",
        cxxopts::value<std::string>(), "S");
+  options.add_options("Output")
+      ("json", "print one JSON object on standard output at the end instead of streaming the text: text, "
+               "prompt_tokens, generated_tokens, prefill/decode seconds and tokens/s, finish_reason, seed")
+      ("profile", "after the summary, the per-stage time of the forward passes (attention, router, experts, ...)");
   bool help = false;
   cxxopts::ParseResult flags = parse_flags(options, argc, argv, &help);
   if (help) return kExitOk;
@@ -245,6 +293,8 @@ int run_command(int argc, char **argv) {
   if (chat && inputs) fail_usage("--chat reads the conversation from standard input: drop -p/-f (use --system for a system message)");
   if (!chat && inputs != 1) fail_usage("give the prompt with exactly one of -p TEXT or -f FILE, or use --chat (see 'colibri run --help')");
   if (!chat && flags.count("system")) fail_usage("--system only applies to --chat");
+  const bool json = flags.count("json") > 0, profile = flags.count("profile") > 0;
+  if (chat && json) fail_usage("--json summarises one generation: use it with -p or -f, not --chat");
   ModelFlags model_flags = read_model_flags(flags, FlagSet::Full);
 
   RunSettings settings;
@@ -298,6 +348,9 @@ int run_command(int argc, char **argv) {
   session_options.kv_dtype = flags.count("kv-f16") ? COLIBRI_DTYPE_F16 : COLIBRI_DTYPE_F32;
   session_options.seed = seed;
   session_options.max_isa = model_flags.max_isa;
+  if (flags.count("batch-size"))
+    session_options.max_batch_tokens =
+        static_cast<uint32_t>(parse_integer("--batch-size", flags["batch-size"].as<std::string>(), 1, 65536));
   colibri_session *raw_session = nullptr;
   check_api(colibri_session_create(model.get(), &session_options, &raw_session), "session");
   SessionPtr session(raw_session);
@@ -306,8 +359,12 @@ int run_command(int argc, char **argv) {
   check_api(colibri_session_get_info(session.get(), &session_info), "session info");
 
   install_interrupt_handler();
-  if (chat) return chat_loop(model.get(), session.get(), session_info.context_length, settings, seed,
-                             flags.count("system") ? flags["system"].as<std::string>() : std::string());
+  if (chat) {
+    const int code = chat_loop(model.get(), session.get(), session_info.context_length, settings, seed,
+                               flags.count("system") ? flags["system"].as<std::string>() : std::string());
+    if (profile) print_profile(session.get());
+    return code;
+  }
 
   std::vector<int32_t> prompt = tokenize(model.get(), prompt_text, COLIBRI_TOKENIZE_ADD_SPECIAL);
   if (prompt.empty()) fail_usage("the prompt is empty: give some text with -p or -f");
@@ -316,17 +373,22 @@ int run_command(int argc, char **argv) {
                  std::to_string(session_info.context_length) + " (one more is needed to generate): shorten the prompt" +
                  (session_info.context_length < info.max_position_embeddings ? " or raise --ctx" : "") + " (the model was trained on " +
                  std::to_string(info.max_position_embeddings) + " positions)");
-  if (!settings.raw) {
+  if (!settings.raw && !json) {
     std::fwrite(prompt_text.data(), 1, prompt_text.size(), stdout);
     std::fflush(stdout);
   }
-  Outcome o = generate(session.get(), prompt, settings, seed, false);
-  if (!settings.raw && !o.ends_with_newline) std::fputc('\n', stdout);
+  Outcome o = generate(session.get(), prompt, settings, seed, json, !json);
+  if (json) {
+    print_json(summary_json(o, seed));
+  } else if (!settings.raw && !o.ends_with_newline) {
+    std::fputc('\n', stdout);
+  }
   std::fflush(stdout);
   std::fprintf(stderr, "colibri run: %s, seed %llu\n",
                summary(o.result.prompt_token_count, o.result.generated_token_count, o.result.prefill_ns, o.result.decode_ns,
                        finish_of(o)).c_str(),
                static_cast<unsigned long long>(seed));
+  if (profile) print_profile(session.get());
   return o.result.finish_reason == COLIBRI_FINISH_CANCELLED ? kExitInterrupted : kExitOk;
 }
 

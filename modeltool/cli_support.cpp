@@ -1,6 +1,9 @@
 // modeltool/cli_support.cpp — option parsing, error reporting and progress for subcommands.
 #include "modeltool/cli_support.h"
 
+#include <cstdlib>
+#include <vector>
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -30,9 +33,40 @@ int exit_code_for(const Error &error) {
   return kExitInternal;
 }
 
+namespace {
+
+// The model tool's spellings of the shared vocabulary (docs/cli.md "Flag vocabulary").
+struct Alias {
+  const char *spelling;
+  const char *canonical;
+};
+constexpr Alias kAliases[] = {{"--align", "--alignment"}, {"-t", "--threads"}};
+
+std::vector<std::string> canonical_arguments(int argc, char **argv) {
+  std::vector<std::string> out;
+  for (int i = 0; i < argc; ++i) {
+    std::string token = argv[i];
+    if (token == "--") {
+      for (; i < argc; ++i) out.emplace_back(argv[i]);
+      break;
+    }
+    const size_t equals = token.rfind("--", 0) == 0 ? token.find('=') : std::string::npos;
+    const std::string name = token.substr(0, equals);
+    for (const Alias &a : kAliases)
+      if (i > 0 && name == a.spelling) token = a.canonical + (equals == std::string::npos ? std::string() : token.substr(equals));
+    out.push_back(token);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::optional<cxxopts::ParseResult> parse_or_report(cxxopts::Options &options, int argc, char **argv, int *exit_code) {
+  const std::vector<std::string> arguments = canonical_arguments(argc, argv);
+  std::vector<const char *> pointers;
+  for (const std::string &a : arguments) pointers.push_back(a.c_str());
   try {
-    cxxopts::ParseResult result = options.parse(argc, argv);
+    cxxopts::ParseResult result = options.parse(static_cast<int>(pointers.size()), pointers.data());
     if (result.count("help")) {
       std::fputs(options.help().c_str(), stdout);
       *exit_code = kExitOk;
@@ -128,12 +162,62 @@ double monotonic_seconds() {
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
-Progress::Progress(const char *label, uint64_t total_bytes)
-    : enabled_(isatty(2) != 0), label_(label), total_(total_bytes), start_s_(monotonic_seconds()) {}
+void add_progress_flags(cxxopts::Options &options) {
+  options.add_options()("no-progress", "print no progress on standard error")(
+      "progress-every", "when standard error is not a terminal, a plain progress line every SECONDS (0.01..3600; "
+                        "default 5); on a terminal the line is redrawn in place",
+      cxxopts::value<std::string>(), "SECONDS");
+}
+
+bool read_progress_flags(const cxxopts::Options &options, const cxxopts::ParseResult &args, ProgressStyle *style,
+                         int *exit_code) {
+  style->enabled = args.count("no-progress") == 0;
+  if (!args.count("progress-every")) return true;
+  const std::string text = args["progress-every"].as<std::string>();
+  char *end = nullptr;
+  const double seconds = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(seconds >= 0.01 && seconds <= 3600)) {
+    std::fprintf(stderr, "%s: --progress-every must be a number of seconds from 0.01 to 3600, got '%s'\n",
+                 options.program().c_str(), text.c_str());
+    *exit_code = kExitUsage;
+    return false;
+  }
+  style->plain_interval_seconds = seconds;
+  return true;
+}
+
+Progress::Progress(const char *label, uint64_t total_bytes, const ProgressStyle &style)
+    : enabled_(style.enabled),
+      terminal_(isatty(2) != 0),
+      interval_s_(style.plain_interval_seconds),
+      label_(label),
+      total_(total_bytes),
+      start_s_(monotonic_seconds()),
+      last_s_(start_s_) {}
+
+void Progress::plain_line(uint64_t done_bytes, const std::string &detail, double now) {
+  const double elapsed = now - start_s_;
+  const double rate = elapsed > 0 ? static_cast<double>(done_bytes) / elapsed / 1e6 : 0.0;
+  const double pct = total_ ? 100.0 * static_cast<double>(done_bytes) / static_cast<double>(total_) : 100.0;
+  std::fprintf(stderr, "%s: %.1f%% %s / %s, %.0f MB/s, %.1f s%s%s\n", label_.c_str(), pct,
+               util::human_bytes(done_bytes).c_str(), util::human_bytes(total_).c_str(), rate, elapsed,
+               detail.empty() ? "" : ", ", detail.c_str());
+  std::fflush(stderr);
+  printed_ = true;
+  printed_done_ = done_bytes;
+}
 
 void Progress::update(uint64_t done_bytes, const std::string &detail) {
   if (!enabled_) return;
   double now = monotonic_seconds();
+  if (!terminal_) {
+    last_done_ = done_bytes;
+    last_detail_ = detail;
+    if (now - last_s_ < interval_s_) return;
+    last_s_ = now;
+    plain_line(done_bytes, detail, now);
+    return;
+  }
   if (now - last_s_ < 0.1 && done_bytes < total_) return;
   last_s_ = now;
   double elapsed = now - start_s_;
@@ -145,7 +229,12 @@ void Progress::update(uint64_t done_bytes, const std::string &detail) {
 }
 
 void Progress::finish() {
-  if (enabled_) std::fprintf(stderr, "\n");
+  if (!enabled_) return;
+  if (terminal_) {
+    std::fprintf(stderr, "\n");
+  } else if (printed_ && printed_done_ != last_done_) {
+    plain_line(last_done_, last_detail_, monotonic_seconds());  // where it ended
+  }
 }
 
 }  // namespace colibri::modeltool

@@ -14,25 +14,49 @@
 namespace colibri::modeltool {
 
 // Parses argv with `options`; on error prints it with the command's help and returns nullopt
-// with *exit_code set; on --help prints help and returns nullopt with *exit_code = 0.
+// with *exit_code set; on --help prints help and returns nullopt with *exit_code = 0. Before
+// parsing, the spellings shared with `colibri` are made canonical (--align is --alignment,
+// -t is --threads: docs/cli.md "Flag vocabulary").
 std::optional<cxxopts::ParseResult> parse_or_report(cxxopts::Options &options, int argc, char **argv, int *exit_code);
 
 // Prints "colibri-model <command>: <kind>: <message>" to stderr and returns the exit code.
 int report_error(const char *command, const Error &error);
 
-// A progress line on stderr, only when stderr is a terminal; redrawn at most ~10×/s.
+// How progress is shown on stderr (docs/cli.md "Progress"): on a terminal one line redrawn at
+// most ~10×/s; otherwise (a pipe, a CI log, a Kubernetes Job) a plain line every
+// `plain_interval_seconds`, and a last line at the end when any was printed (a job shorter
+// than the interval prints nothing); `enabled = false` (--no-progress, --quiet) prints nothing.
+inline constexpr double kPlainProgressIntervalSeconds = 5.0;
+struct ProgressStyle {
+  bool enabled = true;
+  double plain_interval_seconds = kPlainProgressIntervalSeconds;
+};
+
+// Adds --no-progress and --progress-every SECONDS to `options` (every long-running command).
+void add_progress_flags(cxxopts::Options &options);
+// Reads them; a bad --progress-every is reported like a parse error (returns false, *exit_code set).
+bool read_progress_flags(const cxxopts::Options &options, const cxxopts::ParseResult &args, ProgressStyle *style,
+                         int *exit_code);
+
 class Progress {
  public:
-  Progress(const char *label, uint64_t total_bytes);
+  Progress(const char *label, uint64_t total_bytes, const ProgressStyle &style = {});
   void update(uint64_t done_bytes, const std::string &detail = "");
   void finish();
 
  private:
+  void plain_line(uint64_t done_bytes, const std::string &detail, double now);
   bool enabled_;
+  bool terminal_;
+  double interval_s_;
   std::string label_;
   uint64_t total_;
   double start_s_;
   double last_s_ = 0;
+  bool printed_ = false;
+  uint64_t last_done_ = 0;
+  uint64_t printed_done_ = 0;
+  std::string last_detail_;
 };
 
 double monotonic_seconds();

@@ -21,17 +21,21 @@ void print_usage(FILE *out) {
                "\n"
                "commands:\n"
                "  inspect FILE [--json]                 header, metadata summary, tensor table, totals\n"
-               "  verify FILE [--deep]                  structure + every tensor checksum (+ NaN/Inf scan)\n"
-               "  repack IN OUT [--dtype D] [--align N] [--compress | --decompress] [--force]\n"
+               "  verify FILE [--deep] [--json]         structure + every tensor checksum (+ NaN/Inf scan)\n"
+               "  repack IN OUT [--dtype D] [--alignment N] [--compress | --decompress] [--force]\n"
                "                                        change dtypes/alignment, or write/read .colibri.zst\n"
                "  convert HF_DIR -o OUT [--dtype D] [--force]\n"
                "                                        Hugging Face safetensors checkpoint -> image\n"
                "\n"
                "Run 'colibri-model <command> --help' for a command's options.\n"
                "\n"
-               "exit codes: 0 ok, 1 corrupt image, 2 usage error, 3 not an image, 4 I/O error\n"
-               "            (also out of memory or threads), 5 unsupported input, 70 internal error,\n"
-               "            130 interrupted (nothing written), 135 the image changed while in use (SIGBUS)\n",
+               "Progress goes to stderr: redrawn on a terminal, a plain line every 5 s otherwise\n"
+               "(--progress-every S, --no-progress).\n"
+               "\n"
+               "exit codes (the same table as colibri's, docs/cli.md): 0 ok, 1 corrupt image,\n"
+               "            2 usage error, 3 not an image, 4 I/O error (also out of memory or threads),\n"
+               "            5 unsupported input, 70 internal error, 130 interrupted (nothing written),\n"
+               "            135 the image changed while in use (SIGBUS)\n",
                COLIBRI_PROJECT_VERSION_STRING);
 }
 

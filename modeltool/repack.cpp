@@ -37,6 +37,7 @@ struct RepackRequest {
   uint64_t alignment = 0;  // 0 = keep
   int zstd_level = 3;
   unsigned threads = 0;
+  ProgressStyle progress;
 };
 
 Error compress_image(const RepackRequest &r) {
@@ -58,7 +59,7 @@ Error compress_image(const RepackRequest &r) {
   std::vector<char> buffer(ZSTD_CStreamOutSize());
   const unsigned char *base = img->bytes();
   const uint64_t chunk = 4ull << 20;
-  Progress progress("compress", img->file_size());
+  Progress progress("compress", img->file_size(), r.progress);
   Error result;
   for (uint64_t pos = 0; pos < img->file_size() || pos == 0;) {
     if (interrupted()) {
@@ -127,7 +128,7 @@ Error decompress_image(const RepackRequest &r) {
   Error result;
   size_t last_ret = 0;
   uint64_t consumed = 0;
-  Progress progress("decompress", in_size);
+  Progress progress("decompress", in_size, r.progress);
   while (!result) {
     if (interrupted()) {
       result = interrupted_error();
@@ -297,7 +298,7 @@ Error rewrite_image(const RepackRequest &r) {
   note_removed_stale("repack", writer.removed_stale());
   uint64_t total = 0, done = 0;
   for (const auto &t : img->tensors()) total += t.size;
-  Progress progress("repack", total);
+  Progress progress("repack", total, r.progress);
   std::vector<TensorReport> reports(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
     const image::TensorInfo &t = img->tensors()[i];
@@ -333,13 +334,14 @@ int run_repack(int argc, char **argv) {
                         "q4 and mxfp4: the experts, the other matrices q8f16)",
                         cxxopts::value<std::string>())(
       "group-size", "group size along each row: q8 32 or 64, q4 32, 64 or 128", cxxopts::value<uint32_t>()->default_value("32"))(
-      "align", "tensor alignment in bytes (power of two, 64..2097152)", cxxopts::value<uint64_t>())(
+      "alignment", "tensor alignment in bytes (power of two, 64..2097152; --align is the same)", cxxopts::value<uint64_t>())(
       "compress", "write the zstd distribution form (.colibri.zst)")(
       "decompress", "restore the byte-identical image from a .colibri.zst")(
       "level", "zstd level for --compress (1..19)", cxxopts::value<int>()->default_value("3"))(
       "threads", "zstd worker threads (0 = all cores)", cxxopts::value<unsigned>()->default_value("0"))(
       "f,force", "overwrite OUT if it exists")("q,quiet", "print nothing on success")("h,help", "show this help")(
       "in", "input", cxxopts::value<std::string>())("out", "output", cxxopts::value<std::string>());
+  add_progress_flags(options);
   options.parse_positional({"in", "out"});
   options.positional_help("IN OUT");
   int code = kExitOk;
@@ -355,6 +357,8 @@ int run_repack(int argc, char **argv) {
   r.out = (*args)["out"].as<std::string>();
   r.force = args->count("force") > 0;
   r.quiet = args->count("quiet") > 0;
+  if (!read_progress_flags(options, *args, &r.progress, &code)) return code;
+  if (r.quiet) r.progress.enabled = false;
   r.compress = args->count("compress") > 0;
   r.decompress = args->count("decompress") > 0;
   r.zstd_level = (*args)["level"].as<int>();
@@ -369,15 +373,15 @@ int run_repack(int argc, char **argv) {
     if (!image::dtype_from_name(name.c_str(), &r.dtype))
       return usage("--dtype '" + name + "': use f32, f16, bf16, q8, q8f16, q4 or mxfp4");
   }
-  if (args->count("align")) {
-    r.alignment = (*args)["align"].as<uint64_t>();
+  if (args->count("alignment")) {
+    r.alignment = (*args)["alignment"].as<uint64_t>();
     if (r.alignment < image::kMinAlignment || r.alignment > image::kMaxAlignment || (r.alignment & (r.alignment - 1)))
-      return usage(strprintf("--align %llu: use a power of two from 64 to 2097152",
+      return usage(strprintf("--alignment %llu: use a power of two from 64 to 2097152",
                              static_cast<unsigned long long>(r.alignment)));
   }
   if (r.compress && r.decompress) return usage("--compress and --decompress exclude each other");
   if ((r.compress || r.decompress) && (r.change_dtype || r.alignment))
-    return usage("--compress/--decompress copy the image byte for byte; run --dtype/--align as a separate repack");
+    return usage("--compress/--decompress copy the image byte for byte; run --dtype/--alignment as a separate repack");
   // Without options the image is rewritten as it is: same tensors, dtypes and alignment, the
   // header's model fields recomputed from the metadata and the padding zeroed (what repairs an
   // image that verify calls inconsistent in those two ways).

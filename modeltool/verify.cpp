@@ -3,10 +3,18 @@
 // checksum; --deep also scans the values for NaN/Inf and requires zero padding. See verify.h.
 #include "modeltool/verify.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "image/reader.h"
 #include "model/model.h"
@@ -123,6 +131,51 @@ Error check_padding(const image::Image &img, uint64_t *padding_bytes) {
   return {};
 }
 
+// Every tensor checksum (Image::verify_tensor), on `threads` workers taking tensors from a
+// shared counter, the first failure in directory order reported (as Image::verify_all). The
+// calling thread draws the progress of the bytes done while the workers run.
+// The CPUs this process may run on (taskset, numactl --cpunodebind, a cpuset), at least 1.
+unsigned allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return static_cast<unsigned>(CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+Error verify_checksums(const image::Image &image, const VerifyOptions &options) {
+  const auto &tensors = image.tensors();
+  unsigned threads = options.threads ? options.threads : allowed_cpus();
+  threads = static_cast<unsigned>(std::min<size_t>(threads, std::max<size_t>(1, tensors.size())));
+  uint64_t total = 0;
+  for (const auto &t : tensors) total += t.size;
+  std::atomic<size_t> next{0}, finished{0};
+  std::atomic<uint64_t> done_bytes{0};
+  std::vector<Error> results(tensors.size());
+  auto work = [&] {
+    for (size_t i = next.fetch_add(1); i < tensors.size(); i = next.fetch_add(1)) {
+      results[i] = image.verify_tensor(tensors[i]);
+      done_bytes.fetch_add(tensors[i].size, std::memory_order_relaxed);
+    }
+    finished.fetch_add(1);
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) pool.emplace_back(work);
+  if (options.show_progress) {
+    Progress progress("verify", total, options.progress);
+    constexpr auto kPoll = std::chrono::milliseconds(20);
+    while (finished.load() < threads) {
+      progress.update(done_bytes.load(std::memory_order_relaxed), strprintf("%zu tensors", tensors.size()));
+      std::this_thread::sleep_for(kPoll);
+    }
+    progress.update(done_bytes.load(), strprintf("%zu tensors", tensors.size()));
+    progress.finish();
+  }
+  for (auto &th : pool) th.join();
+  for (Error &e : results)
+    if (e) return e;
+  return {};
+}
+
 }  // namespace
 
 Error verify_image(const std::string &path, const VerifyOptions &options, VerifyReport *report) {
@@ -153,7 +206,7 @@ Error verify_image(const std::string &path, const VerifyOptions &options, Verify
     report->warnings.push_back("the chat template cannot be used (plain completion still works): " + error.message);
   // 4. Every tensor checksum.
   double start = monotonic_seconds();
-  if (Error e = image.verify_all(options.threads)) return e;
+  if (Error e = verify_checksums(image, options)) return e;
   report->checksum_seconds = monotonic_seconds() - start;
   report->tensor_count = image.tensors().size();
   for (const auto &t : image.tensors()) report->tensor_bytes += t.size;
@@ -176,8 +229,10 @@ int run_verify(int argc, char **argv) {
                            "Check everything opening the image as a model checks (structure, model metadata bound to "
                            "the tensors, header fields, tokenizer), then every tensor checksum.");
   options.add_options()("deep", "also scan every value for NaN/Inf and require the padding between tensors to be zero")(
-      "threads", "checksum threads (0 = all cores)", cxxopts::value<unsigned>()->default_value("0"))(
+      "threads", "checksum threads (0 = every CPU this process may use)", cxxopts::value<unsigned>()->default_value("0"))(
+      "json", "print the result as one JSON object on standard output (also on failure: ok false, the error)")(
       "h,help", "show this help")("file", "image file", cxxopts::value<std::string>());
+  add_progress_flags(options);
   options.parse_positional({"file"});
   options.positional_help("FILE");
   int code = kExitOk;
@@ -190,10 +245,30 @@ int run_verify(int argc, char **argv) {
   VerifyOptions vo;
   vo.deep = args->count("deep") != 0;
   vo.threads = (*args)["threads"].as<unsigned>();
+  vo.show_progress = true;
+  if (!read_progress_flags(options, *args, &vo.progress, &code)) return code;
+  const bool json = args->count("json") != 0;
+  const std::string path = (*args)["file"].as<std::string>();
   VerifyReport r;
-  if (Error e = verify_image((*args)["file"].as<std::string>(), vo, &r)) return report_error("verify", e);
+  Error e = verify_image(path, vo, &r);
   for (const std::string &w : r.warnings) std::fprintf(stderr, "colibri-model verify: warning: %s\n", w.c_str());
   double rate = r.checksum_seconds > 0 ? static_cast<double>(r.tensor_bytes) / r.checksum_seconds / 1e9 : 0.0;
+  if (json) {
+    nlohmann::json out = {{"file", path}, {"ok", !e}, {"deep", vo.deep}, {"warnings", r.warnings}};
+    if (e) {
+      out["error"] = {{"kind", error_kind_name(e.kind)}, {"message", e.message}, {"exit_code", exit_code_for(e)}};
+    } else {
+      out["family"] = r.family;
+      out["tensors"] = r.tensor_count;
+      out["tensor_bytes"] = r.tensor_bytes;
+      out["checksum_seconds"] = r.checksum_seconds;
+      out["checksum_gb_per_second"] = rate;
+      if (vo.deep) out["padding_bytes"] = r.padding_bytes;
+    }
+    std::printf("%s\n", out.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return e ? exit_code_for(e) : kExitOk;
+  }
+  if (e) return report_error("verify", e);
   std::printf("OK %s: %s model, %zu tensors, %s, checksums verified in %.3f s (%.2f GB/s)%s\n", r.path.c_str(),
               r.family.c_str(), r.tensor_count, util::human_bytes(r.tensor_bytes).c_str(), r.checksum_seconds, rate,
               vo.deep ? strprintf(", all values finite, %s of padding all zero", util::human_bytes(r.padding_bytes).c_str()).c_str()

@@ -15,13 +15,16 @@
 #include <string>
 #include <vector>
 
+#include "modeltool/cli_support.h"
 #include "util/error.h"
 
 namespace colibri::modeltool {
 
 struct VerifyOptions {
   bool deep = false;
-  unsigned threads = 0;  // checksum threads, 0 = all cores
+  unsigned threads = 0;  // checksum threads, 0 = the CPUs this process may use (sched_getaffinity)
+  bool show_progress = false;  // progress of the checksums on stderr, drawn as `progress` says
+  ProgressStyle progress;
 };
 
 struct VerifyReport {

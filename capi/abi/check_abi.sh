@@ -20,11 +20,15 @@
 #                                                  output structs are allowed (abidiff.suppr)
 #   check_abi.sh dump       LIB HEADERS_DIR        print the abidw description (baseline format)
 #
-# Exit status 0 = as committed; 1 = an incompatible change (explained on stderr); 3 = a
-# compatible addition (new symbol, constant, appended field) not yet in the baselines.
+# Exit status 0 = as committed; 1 = an incompatible change (explained on stderr); 2 = usage;
+# 3 = a compatible addition (new symbol, constant, appended field) not yet in the baselines;
+# 4 = the check could not run (a tool missing or failing, an input it cannot evaluate): never a
+# verdict about the ABI. capi/abi/selftest.sh expects these codes exactly.
 # To accept an intended, compatible change (a new function, a new constant, an appended
 # field), run capi/abi/update_baselines.sh BUILD_DIR and commit the diff with the change.
-set -euo pipefail
+set -Eeuo pipefail
+# Any command failing unexpectedly (set -e) is "could not run", not "incompatible".
+trap 'echo "check_abi: internal failure at line $LINENO (status $?)" >&2; exit 4' ERR
 
 here=$(cd "$(dirname "$0")" && pwd)
 CC=${CC:-cc}
@@ -33,6 +37,12 @@ CXX=${CXX:-c++}
 die() {
   echo "check_abi: $*" >&2
   exit 1
+}
+
+# The check itself could not run: status 4 (see the header).
+cannot_run() {
+  echo "check_abi: cannot run the check: $*" >&2
+  exit 4
 }
 
 exported_symbols() {
@@ -133,7 +143,7 @@ constant_values() {
   } >"$dir/constants.cpp"
   "$CXX" -std=c++17 -o "$dir/constants" "$dir/constants.cpp" || {
     rm -rf "$dir"
-    die "cannot evaluate the constants of $header"
+    cannot_run "cannot evaluate the constants of $header"
   }
   "$dir/constants" | LC_ALL=C sort
   rm -rf "$dir"
@@ -225,7 +235,7 @@ layout_values() {
   } >"$dir/layout.c"
   "$CC" -std=c99 -o "$dir/layout" "$dir/layout.c" || {
     rm -rf "$dir"
-    die "cannot evaluate the struct layouts of $header"
+    cannot_run "cannot evaluate the struct layouts of $header"
   }
   "$dir/layout" | LC_ALL=C sort
   rm -rf "$dir"
@@ -291,7 +301,7 @@ abi_dump() {
 
 check_abidiff() {
   local lib=$1 baseline=$2 headers=$3 dir status=0
-  command -v abidiff >/dev/null || die "abidiff not found (Debian package abigail-tools)"
+  command -v abidiff >/dev/null || cannot_run "abidiff not found (Debian package abigail-tools)"
   dir=$(mktemp -d)
   abi_dump "$lib" "$headers" >"$dir/current.abi"
   abidiff --no-added-syms --suppressions "$here/abidiff.suppr" "$baseline" "$dir/current.abi" >"$dir/report" || status=$?
@@ -299,7 +309,8 @@ check_abidiff() {
   if ((status != 0)); then
     cat "$dir/report" >&2
     if ((status & 3)); then
-      echo "abidiff failed to run (status $status)" >&2
+      rm -rf "$dir"
+      cannot_run "abidiff failed to run (status $status)"
     else
       echo "ABI CHANGE against $(basename "$baseline") (abidiff status $status): only new functions and fields" \
         "appended to the end of options/output structs are compatible. If this is one of those, the suppressions" \
@@ -328,7 +339,7 @@ case $cmd in
   dump) abi_dump "$@" ;;
   list-symbols) exported_symbols "$@" ;;
   *)
-    sed -n '2,25p' "$0" >&2
+    awk 'NR > 1 && /^#/ {print; next} NR > 1 {exit}' "$0" >&2
     exit 2
     ;;
 esac

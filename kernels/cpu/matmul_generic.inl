@@ -307,8 +307,12 @@ void matmul_q8_entry(const void *weights, DType dtype, uint32_t group_size, size
 // pieces and continue every output's fp32 block chain in y between pieces (storing an fp32
 // partial sum and reloading it is exact). Uses the reference block rule all tiles share, so the
 // bits equal the fast path's. Correct rather than fast; no current model reaches it.
+// Not auto-vectorised: GCC 12 turns the int8 dot loop below into vpdpbusd when the TU has
+// -mavx512vnni and gets it wrong (results off by orders of magnitude: the signed weight codes
+// land on the instruction's unsigned side); kernels_tests "rows longer than the stack buffer"
+// caught it on an AVX-512 VNNI machine.
 template <class WF>
-void q8_rows_beyond_stack(const void *weights, size_t w_stride, size_t cols, size_t row_begin, size_t row_end,
+__attribute__((optimize("no-tree-vectorize"))) void q8_rows_beyond_stack(const void *weights, size_t w_stride, size_t cols, size_t row_begin, size_t row_end,
                           const float *x, size_t token_count, float *y, size_t y_stride, unsigned char *buffer,
                           size_t buffer_bytes) {
   constexpr uint32_t kAct = WF::kAct;

@@ -50,7 +50,8 @@ int run_convert(int argc, char **argv) {
       ("alignment", "tensor alignment in bytes: a power of two from 64 to 2097152",
        cxxopts::value<std::string>()->default_value("4096"))
       ("f,force", "overwrite OUT if it exists")
-      ("q,quiet", "no progress bar and no summary line")
+      ("q,quiet", "no progress and no summary line")
+      ("no-progress", "no progress on standard error (the summary line stays)")
       ("h,help", "show this help")
       ("paths", "MODEL_DIR [OUT]", cxxopts::value<std::vector<std::string>>());
   options.parse_positional({"paths"});
@@ -98,7 +99,7 @@ int run_convert(int argc, char **argv) {
   } catch (const cxxopts::exceptions::exception &e) {
     return usage_error(e.what());
   }
-  request.progress = !quiet;
+  request.progress = !quiet && args->count("no-progress") == 0;
 
   convert::ConvertReport report;
   install_interrupt_handler();  // Ctrl-C: stop within a chunk, remove the temporary output

@@ -147,7 +147,7 @@ TEST_CASE("metadata nested a million levels deep fails colibri_model_open with t
                                     "(util::kMaxJsonDepth), under \"extra\" > []"));
 }
 
-TEST_CASE("a chat template that cannot be parsed: colibri run -p works, run --chat exits 1 naming the limit",
+TEST_CASE("a chat template that cannot be parsed: colibri run -p works, run --chat exits 5 (unsupported) naming the limit",
           "[capi][cli][limits]") {
   // 5000 nested {% if %} crashed `colibri run --chat` (and the open) with SIGSEGV.
   const std::string dir = colibri::testing::temp_dir("cli-hostile");
@@ -157,7 +157,7 @@ TEST_CASE("a chat template that cannot be parsed: colibri run -p works, run --ch
   INFO(plain.err);
   CHECK(plain.exit_code == 0);
   Run chat = colibri_cli(dir, "run -m " + path + " --chat -n 3 --temp 0", "hi\n");
-  CHECK(chat.exit_code == 1);
+  CHECK(chat.exit_code == 5);  // COLIBRI_ERROR_UNSUPPORTED: docs/cli.md "Exit status"
   CHECK_THAT(chat.err, Contains("plain completion still works") && Contains("chat template of '" + path + "'") &&
                            Contains("nest deeper than the limit of 64 levels (ChatTemplateLimits::max_nesting_depth)"));
   CHECK(std::count(chat.err.begin(), chat.err.end(), '\n') <= 2);  // one message, no crash report

@@ -224,7 +224,7 @@ TEST_CASE("output that cannot be written is an error, not a silent exit 0", "[cl
   for (const std::string args : {"tokenize -p hello", "run -p hi -n 2 --seed 1", "bench -p 8 -n 0 -r 1 -t 1 --json --probe-mib 16"}) {
     INFO(args);
     Run r = colibri(args + " >/dev/full");
-    CHECK(r.exit_code == 1);
+    CHECK(r.exit_code == 4);  // I/O (docs/cli.md "Exit status")
     CHECK_THAT(r.err, Contains("writing to standard output failed"));
   }
 }
@@ -255,7 +255,7 @@ TEST_CASE("a device given to -f is refused, not read until memory runs out", "[c
   for (const std::string command : {"tokenize", "run", "perplexity"}) {
     INFO(command);
     Run r = colibri(command + " -f /dev/zero");
-    CHECK(r.exit_code == 1);
+    CHECK(r.exit_code == 4);
     CHECK_THAT(r.err, Contains("/dev/zero: is a device"));
   }
 }
@@ -293,18 +293,18 @@ TEST_CASE("--help is complete for every subcommand and exits 0", "[cli][usage]")
   }
 }
 
-TEST_CASE("a missing file or a non-image is a one-line error with exit 1, never a crash", "[cli][errors]") {
+TEST_CASE("a missing file or a non-image is a one-line error with the shared exit codes, never a crash", "[cli][errors]") {
   Run missing = colibri("run -m /nonexistent/model.colibri -p hi");
-  CHECK(missing.exit_code == 1);
+  CHECK(missing.exit_code == 4);  // I/O
   CHECK_THAT(missing.err, Contains("/nonexistent/model.colibri"));
   Run text = colibri("tokenize -m " + kBundledDir + "/config.json -p hi");
-  CHECK(text.exit_code == 1);
+  CHECK(text.exit_code == 3);  // not an image
   CHECK_THAT(text.err, Contains("not a Colibri image"));
   Run safetensors = colibri("run -m " + kBundledDir + "/model.safetensors -p hi");
-  CHECK(safetensors.exit_code == 1);
+  CHECK(safetensors.exit_code == 3);
   CHECK_THAT(safetensors.err, Contains("colibri-model convert"));
   Run no_prompt_file = colibri("run -m " + oracle_image() + " -f /nonexistent/prompt.txt");
-  CHECK(no_prompt_file.exit_code == 1);
+  CHECK(no_prompt_file.exit_code == 4);
   CHECK_THAT(no_prompt_file.err, Contains("/nonexistent/prompt.txt"));
   Run vocab = colibri("logits -m " + oracle_image() + " --tokens 1,512 -o /tmp/never.npy");
   CHECK(vocab.exit_code == 2);
@@ -347,7 +347,7 @@ TEST_CASE("logits replaces the output atomically and leaves nothing behind on fa
   REQUIRE(colibri("logits -m " + oracle_image() + " --tokens 1,2,3 -o " + dir + "/out.npy").exit_code == 0);
   CHECK(read_npy(dir + "/out.npy").values.size() == 512);
   Run bad = colibri("logits -m " + oracle_image() + " --tokens 1 -o " + dir + "/missing/out.npy");
-  CHECK(bad.exit_code == 1);
+  CHECK(bad.exit_code == 4);
   CHECK_THAT(bad.err, Contains(dir + "/missing"));
   std::vector<std::string> entries;
   if (DIR *d = ::opendir(dir.c_str())) {
@@ -690,11 +690,112 @@ TEST_CASE("run: the image truncated while generating is reported, not a silent S
   const std::string err = read_file(err_path);
   INFO(err);
   REQUIRE(WIFEXITED(status));  // not killed by SIGBUS
-  if (WEXITSTATUS(status) == 1) {
+  if (WEXITSTATUS(status) == 4) {
     CHECK_THAT(err, Contains("the image was truncated or replaced while in use: size ") && Contains("→ 4096") &&
                         Contains("reopen it"));
   } else {
     CHECK(WEXITSTATUS(status) == 135);
     CHECK_THAT(err, Contains("colibri: fatal: SIGBUS") && Contains("truncated or overwritten while in use"));
   }
+}
+
+// ---- issue 24: one flag vocabulary, llama.cpp habits, machine-readable output ----------------
+
+TEST_CASE("llama.cpp spellings mean the same as Colibri's flags", "[cli][vocabulary]") {
+  Run ours = colibri("run -p 'In the beginning' -n 6 --seed 7 --threads 1 --ctx 64 --temp 0.9 --stop xyz --kv-f16 --raw");
+  REQUIRE(ours.exit_code == 0);
+  Run theirs = colibri("run -p 'In the beginning' --n-predict 6 -s 7 -t 1 -c 64 --temperature 0.9 -r xyz -ctk f16 -ctv f16 "
+                       "--no-display-prompt");
+  REQUIRE(theirs.exit_code == 0);
+  CHECK(theirs.out == ours.out);
+  CHECK_THAT(theirs.err, Contains("seed 7"));
+  CHECK(colibri("run -p hi -n 2 --seed 1 --ctx-size=64 --max-seq-len 64 --reverse-prompt=abc --no-mmap").exit_code == 0);
+  // The design sources' deployment flags run as written.
+  Run deploy = colibri("run --model " + std::string(COLIBRI_DEFAULT_MODEL_IMAGE) + " -p hi -n 2 --seed 1 --threads 1 --batch-size 4 --max-seq-len 128 "
+                       "--top-k 40 --route-deterministic --warmup --numa-bind 0 --log-level info --profile");
+  CHECK(deploy.exit_code == 0);
+  CHECK_THAT(deploy.err, Contains("batch 4") && Contains("context 128") && Contains("profile over"));
+  CHECK_THAT(colibri("run --help").out, Contains("--route-deterministic") && Contains("changes nothing"));
+}
+
+TEST_CASE("flags Colibri does not have are named with what it does instead", "[cli][vocabulary]") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"run -p hi -ngl 99", "runs on the CPU"},
+      {"run -p hi --n-gpu-layers 99", "runs on the CPU"},
+      {"run -p hi -fa", "attention always runs fused"},
+      {"run -p hi --port 8080", "no HTTP server"},
+      {"run -p hi --gpu-id 0", "runs on the CPU"},
+      {"bench -ngl 99", "runs on the CPU"},
+      {"run -p hi -ctk q8_0", "f32 (the default) or f16"},
+      {"run -p hi -ctk f16 -ctv f32", "share one dtype"},
+      {"run -p hi --numa-bind 0,1", "numactl --membind=0,1"},
+      {"bench -o csv", "markdown table"},
+      {"run -p hi -xyz", "unknown flag '-xyz'"},
+  };
+  for (const auto &[args, why] : cases) {
+    INFO(args);
+    Run r = colibri(args);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains(why));
+    CHECK_THAT(r.err, !Contains("unexpected argument"));
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+  CHECK_THAT(colibri("run -p hi -ngl 99").err, Contains("-ngl"));
+  CHECK(colibri("run -p hi -n64 --seed 1 --raw").exit_code == 0);  // a short flag with its number attached stays valid
+}
+
+TEST_CASE("bench -o json is --json", "[cli][vocabulary][json]") {
+  Run r = colibri("bench -p 8 -n 0 -r 1 -t 1 --probe-mib 16 -o json");
+  REQUIRE(r.exit_code == 0);
+  CHECK(json::parse(r.out).contains("results"));
+}
+
+TEST_CASE("run --json prints the summary as one object with the seed", "[cli][json]") {
+  Run text = colibri("run -p 'In the beginning' -n 5 --seed 11 --raw");
+  REQUIRE(text.exit_code == 0);
+  Run r = colibri("run -p 'In the beginning' -n 5 --seed 11 --json");
+  REQUIRE(r.exit_code == 0);
+  const json out = json::parse(r.out);
+  CHECK(out["text"] == text.out);
+  CHECK(out["seed"] == 11);
+  CHECK(out["prompt_tokens"].get<int>() > 0);
+  CHECK(out["generated_tokens"].get<int>() <= 5);
+  CHECK(out["generated_tokens"].get<int>() >= 1);
+  CHECK(out["finish_reason"].is_string());
+  CHECK(out["decode_seconds"].get<double>() >= 0.0);
+  CHECK(colibri("run --chat --json", "hi\n").exit_code == 2);
+}
+
+TEST_CASE("run --chat: the summary has the seed and an empty reply says so", "[cli][chat]") {
+  Run first = colibri("run --chat --temp 0 -n 8 --seed 5", "And God said\n");
+  REQUIRE(first.exit_code == 0);
+  CHECK_THAT(first.err, Contains("seed 5"));
+  const size_t at = first.out.find_first_not_of(" \t\r\n");
+  REQUIRE(at != std::string::npos);
+  const std::string stop(1, first.out[at]);
+  if (stop == "'" || stop == "\\") {
+    WARN("the reply starts with a quote character: not checked");
+    return;
+  }
+  // Stopping at the reply's first visible character leaves a reply without text.
+  Run empty = colibri("run --chat --temp 0 -n 8 --seed 5 --stop '" + stop + "'", "And God said\n");
+  REQUIRE(empty.exit_code == 0);
+  CHECK_THAT(empty.err, Contains("ended this reply without any text"));
+}
+
+TEST_CASE("threads stay inside the CPU set the process was given (taskset, numactl)", "[cli][numa]") {
+  if (std::system("taskset -c 0 true 2>/dev/null") != 0) {
+    WARN("taskset is not available: not checked");
+    return;
+  }
+  Run r = colibri("run -p hi -n 1 --seed 1 --log-level info");
+  REQUIRE(r.exit_code == 0);
+  const std::string cmd = std::string("taskset -c 0 ") + COLIBRI_CLI_EXE + " run -p hi -n 1 --seed 1 --log-level info 2>&1 >/dev/null";
+  FILE *pipe = ::popen(cmd.c_str(), "r");
+  REQUIRE(pipe);
+  std::string err;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) err.append(buffer, n);
+  CHECK(::pclose(pipe) == 0);
+  CHECK_THAT(err, Contains("session: 1 threads"));
 }

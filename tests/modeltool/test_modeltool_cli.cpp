@@ -23,6 +23,7 @@
 
 #include "image/dtype_convert.h"
 #include "image/reader.h"
+#include "modeltool/cli_support.h"
 #include "support/synthetic_image.h"
 #include "support/synthetic_model.h"
 
@@ -539,4 +540,101 @@ TEST_CASE("q4, q8f16 and mxfp4 model images: verify passes, inspect shows each c
   Run refused = run_tool("repack " + dir + "/q4.colibri " + dir + "/x.colibri --dtype q8 --force");
   CHECK(refused.exit_code != 0);
   CHECK_THAT(refused.out, Contains("is only made from float types"));
+}
+
+// ---- issue 24: the shared vocabulary, progress off a terminal, verify --json -----------------
+
+TEST_CASE("repack --alignment is the spelling convert uses, --align stays an alias", "[cli][vocabulary]") {
+  std::string dir = testing::temp_dir("cli-alignment");
+  std::string path = make_image(dir);
+  for (const std::string flag : {"--alignment 8192", "--alignment=8192", "--align 8192"}) {
+    INFO(flag);
+    REQUIRE(run_tool("repack " + path + " " + dir + "/a.colibri --force " + flag).exit_code == 0);
+    Error err;
+    auto img = image::Image::open(dir + "/a.colibri", {}, &err);
+    REQUIRE(img);
+    CHECK(img->header().data_alignment == 8192);
+  }
+  Run bad = run_tool("repack " + path + " " + dir + "/b.colibri --alignment 100");
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.out, Contains("--alignment 100"));
+  CHECK_THAT(run_tool("repack --help").out, Contains("--alignment"));
+  // -t is --threads, as in colibri.
+  CHECK(run_tool("verify -t 1 " + make_model_image(dir)).exit_code == 0);
+}
+
+TEST_CASE("verify prints plain progress lines when stderr is not a terminal, --no-progress silences them",
+          "[cli][progress]") {
+  std::string path = make_model_image(testing::temp_dir("cli-progress"));
+  Run lines = run_tool("verify --threads 1 --progress-every 0.01 " + path, "/dev/null");
+  REQUIRE(lines.exit_code == 0);
+  // Plain lines, never the terminal's carriage returns or escape codes.
+  CHECK(lines.out.find('\r') == std::string::npos);
+  CHECK(lines.out.find('\033') == std::string::npos);
+  // A job shorter than the interval prints nothing; this one is: the default interval is 5 s.
+  Run quiet_default = run_tool("verify " + path, "/dev/null");
+  CHECK_THAT(quiet_default.out, !Contains("MB/s"));
+  Run silenced = run_tool("verify --no-progress --progress-every 0.01 " + path, "/dev/null");
+  CHECK_THAT(silenced.out, !Contains("MB/s"));
+  CHECK(run_tool("verify --progress-every 0 " + path).exit_code == 2);
+  CHECK(run_tool("verify --progress-every soon " + path).exit_code == 2);
+}
+
+TEST_CASE("Progress off a terminal: a plain line per interval and a last line at the end", "[cli][progress]") {
+  const std::string file = testing::temp_dir("cli-progress-unit") + "/stderr.txt";
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  REQUIRE(fd >= 0);
+  ::dup2(fd, 2);
+  {
+    modeltool::ProgressStyle style;
+    style.plain_interval_seconds = 0.2;
+    modeltool::Progress progress("verify", 3000000, style);
+    progress.update(1000000, "a");  // before the first interval: nothing
+    ::usleep(250000);
+    progress.update(2000000, "b");  // an interval later: a line
+    progress.update(2500000, "c");  // within the interval: nothing
+    progress.finish();               // where it ended: a last line
+    modeltool::ProgressStyle off;
+    off.enabled = false;
+    modeltool::Progress silent("repack", 10, off);
+    ::usleep(30000);
+    silent.update(5);
+    silent.finish();
+  }
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  ::close(fd);
+  auto bytes = testing::read_file(file);
+  const std::string out(bytes.begin(), bytes.end());
+  INFO(out);
+  CHECK(std::count(out.begin(), out.end(), '\n') == 2);
+  CHECK_THAT(out, Contains("verify: 66.7% ") && Contains(", b\n"));
+  CHECK_THAT(out, Contains("verify: 83.3% ") && Contains(", c\n"));
+  CHECK(out.find('\r') == std::string::npos);
+  CHECK(out.find("repack") == std::string::npos);
+}
+
+TEST_CASE("verify --json: one object, also for a damaged image", "[cli][json]") {
+  std::string dir = testing::temp_dir("cli-verify-json");
+  std::string path = make_model_image(dir);
+  Run ok = run_tool("verify --json " + path + " 2>/dev/null");
+  REQUIRE(ok.exit_code == 0);
+  auto j = nlohmann::json::parse(ok.out);
+  CHECK(j["ok"] == true);
+  CHECK(j["file"] == path);
+  CHECK(j["tensors"].get<int>() > 0);
+  CHECK(j["tensor_bytes"].get<int64_t>() > 0);
+  CHECK(j.contains("checksum_seconds"));
+  auto bytes = testing::read_file(path);
+  bytes[bytes.size() - 3] ^= 0x10;
+  testing::write_file(dir + "/bad.colibri", bytes);
+  Run bad = run_tool("verify --json " + dir + "/bad.colibri 2>/dev/null");
+  CHECK(bad.exit_code == 1);
+  auto jb = nlohmann::json::parse(bad.out);
+  CHECK(jb["ok"] == false);
+  CHECK(jb["error"]["exit_code"] == 1);
+  CHECK_THAT(jb["error"]["message"].get<std::string>(), Contains("checksum mismatch"));
 }
