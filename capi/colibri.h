@@ -186,8 +186,8 @@ COLIBRI_API const char *colibri_version_string(void);
 /* A bug in libcolibri (an unexpected exception). The message keeps what was caught; please
  * report it. The handles involved should be freed. */
 #define COLIBRI_ERROR_INTERNAL (-12)
-/* A bounded queue is full (colibri_request_submit: the engine's queue_capacity requests wait
- * already). Nothing was queued; try again later. */
+/* A bounded queue is full (colibri_request_submit: the engine's max_sequences requests run and
+ * queue_capacity more wait already). Nothing was queued; try again later. */
 #define COLIBRI_ERROR_BUSY (-13)
 
 /* A static English name for a status code: "ok", "done", "invalid argument", ...; "unknown
@@ -878,8 +878,10 @@ COLIBRI_API int32_t colibri_session_reset_stats(colibri_session *session);
  *  budget). A request whose prompt begins with a cached token prefix (the next chat turn with
  *  the history, a shared system prompt) prefills only the rest. It never changes results.
  *
- *  Admission: a request waits in a queue of queue_capacity (beyond it, submit returns
- *  COLIBRI_ERROR_BUSY at once) until a sequence slot and its prompt's KV blocks are free.
+ *  Admission: a request waits in a queue until a sequence slot and its prompt's KV blocks are
+ *  free; at most max_sequences + queue_capacity requests are accepted and unfinished at once
+ *  (beyond that, submit returns COLIBRI_ERROR_BUSY at once; with queue_capacity 0 a request is
+ *  accepted only while a slot is free).
  *  When a running request needs a block and none is left, the most recently admitted one
  *  gives its blocks back and is recomputed later (same results).
  *
@@ -905,7 +907,8 @@ typedef struct colibri_engine_options {
   uint32_t step_tokens;       /* tokens per scheduler step (decode tokens + prefill chunks).
                                  Default 256. Range max_sequences..65536 */
   uint32_t block_tokens;      /* positions per KV block. Default 16. Range 1..4096 */
-  uint32_t queue_capacity;    /* requests that may wait for admission. Default 64.
+  uint32_t queue_capacity;    /* requests that may wait beyond the max_sequences running
+                                 (then submit is BUSY). Default 64.
                                  Range 0..1048576 */
   uint32_t prefix_cache;      /* 1 (default): reuse cached prefix blocks; 0: off */
   uint32_t reserved0;         /* must be 0 */

@@ -41,6 +41,9 @@ constexpr Alias kAliases[] = {
     {"-sys", "--system", nullptr},
     {"--system-prompt", "--system", nullptr},
     {"--temperature", "--temp", nullptr},
+    {"-np", "--parallel", "serve"},  // llama-server's
+    {"--n-parallel", "--parallel", "serve"},
+    {"-a", "--alias", "serve"},
     {"-b", "--batch-size", nullptr},
     {"-ub", "--batch-size", nullptr},
     {"--ubatch-size", "--batch-size", nullptr},
@@ -59,8 +62,8 @@ constexpr const char *kNoGpu =
     "Colibri runs on the CPU: this build has no GPU backend (the CUDA backend is not built yet), so there is nothing to "
     "offload or select; --threads and --numa place the work";
 constexpr const char *kNoServer =
-    "colibri has no HTTP server yet (`colibri serve` is planned); embed the engine in your service through the C API, "
-    "Go or Rust bindings instead (docs/api.md)";
+    "this command does not serve HTTP: `colibri serve --host H --port N --parallel N` does (docs/server.md); or embed "
+    "the serving engine in your service through the C API, Go or Rust bindings (docs/api.md)";
 constexpr const char *kNotHere = "Colibri has no such option; see the command's --help for what it offers";
 
 constexpr Explained kExplained[] = {
@@ -84,8 +87,8 @@ constexpr Explained kExplained[] = {
     {"--host", kNoServer},
     {"-np", kNoServer},
     {"--parallel", kNoServer},
-    {"-cb", kNoServer},
-    {"--cont-batching", kNoServer},
+    {"-cb", "batching across requests is always on in `colibri serve` (continuous batching in the engine)"},
+    {"--cont-batching", "batching across requests is always on in `colibri serve` (continuous batching in the engine)"},
     {"--mirostat", "the sampler offers temperature, top-k, top-p, min-p and penalties, not mirostat"},
     {"--grammar", "constrained (grammar) sampling is not supported"},
     {"--grammar-file", "constrained (grammar) sampling is not supported"},

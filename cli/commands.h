@@ -10,5 +10,6 @@ int logits_command(int argc, char **argv);
 int tokenize_command(int argc, char **argv);
 int detokenize_command(int argc, char **argv);
 int perplexity_command(int argc, char **argv);
+int serve_command(int argc, char **argv);
 
 }  // namespace colibri_cli

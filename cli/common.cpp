@@ -331,6 +331,19 @@ std::vector<int32_t> tokenize(const colibri_model *model, const std::string &tex
   return tokens;
 }
 
+// Renders the conversation with the model's template (ending with the assistant's turn).
+std::string render_chat(const colibri_model *model, const std::vector<std::pair<std::string, std::string>> &history) {
+  std::vector<colibri_chat_message> messages;
+  for (const auto &[role, content] : history) messages.push_back({role.c_str(), content.c_str()});
+  size_t size = 0;
+  check_api(colibri_chat_render(model, messages.data(), messages.size(), nullptr, nullptr, 0, &size), "chat template");
+  std::string text(size + 1, '\0');
+  check_api(colibri_chat_render(model, messages.data(), messages.size(), nullptr, text.data(), text.size(), &size),
+            "chat template");
+  text.resize(size);
+  return text;
+}
+
 std::string detokenize(const colibri_model *model, const std::vector<int32_t> &tokens, uint32_t flags) {
   if (tokens.empty()) return {};
   size_t size = 0;

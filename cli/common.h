@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cxxopts.hpp>
@@ -112,6 +113,9 @@ cxxopts::ParseResult parse_flags(cxxopts::Options &options, int argc, char **arg
 // Tokenizes with the model's tokenizer (flags: COLIBRI_TOKENIZE_*).
 std::vector<int32_t> tokenize(const colibri_model *model, const std::string &text, uint32_t flags);
 std::string detokenize(const colibri_model *model, const std::vector<int32_t> &tokens, uint32_t flags);
+// Renders (role, content) messages with the model's chat template, ending with the assistant's
+// turn; tokenize the result with COLIBRI_TOKENIZE_PARSE_SPECIAL. A Failure when it cannot.
+std::string render_chat(const colibri_model *model, const std::vector<std::pair<std::string, std::string>> &history);
 
 // "1,2,3" -> token ids, each checked against the vocabulary.
 std::vector<int32_t> parse_token_list(const std::string &flag, const std::string &text, uint64_t vocab_size);

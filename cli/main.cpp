@@ -27,6 +27,8 @@ struct Subcommand {
 constexpr Subcommand kSubcommands[] = {
     {"run", "generate text from a prompt, or chat (--chat); streams as it goes", colibri_cli::run_command},
     {"bench", "prefill and decode speed, with the memory-bandwidth roofline (llama-bench style)", colibri_cli::bench_command},
+    {"serve", "OpenAI-compatible HTTP server: continuous batching, prefix cache, SSE streaming, /metrics",
+     colibri_cli::serve_command},
     {"perplexity", "perplexity of a text file (the protocol of models/colibri-tiny-moe/reference.json)",
      colibri_cli::perplexity_command},
     {"logits", "logits of a token sequence as a float32 .npy file", colibri_cli::logits_command},
@@ -114,7 +116,7 @@ int main(int argc, char **argv) {
   for (const Subcommand &c : kSubcommands)
     if (first == c.name) command = &c;
   if (!command) {
-    std::fprintf(stderr, "colibri: unknown command '%s' (commands: run, bench, perplexity, logits, tokenize, detokenize; "
+    std::fprintf(stderr, "colibri: unknown command '%s' (commands: run, bench, serve, perplexity, logits, tokenize, detokenize; "
                  "see 'colibri --help')\n", first.c_str());
     return colibri_cli::kExitUsage;
   }

@@ -159,19 +159,6 @@ void print_profile(const colibri_session *session) {
   std::fprintf(stderr, "\n");
 }
 
-// Renders the conversation with the model's template (ending with the assistant's turn).
-std::string render_chat(const colibri_model *model, const std::vector<std::pair<std::string, std::string>> &history) {
-  std::vector<colibri_chat_message> messages;
-  for (const auto &[role, content] : history) messages.push_back({role.c_str(), content.c_str()});
-  size_t size = 0;
-  check_api(colibri_chat_render(model, messages.data(), messages.size(), nullptr, nullptr, 0, &size), "chat template");
-  std::string text(size + 1, '\0');
-  check_api(colibri_chat_render(model, messages.data(), messages.size(), nullptr, text.data(), text.size(), &size),
-            "chat template");
-  text.resize(size);
-  return text;
-}
-
 int chat_loop(const colibri_model *model, colibri_session *session, uint32_t context_length, const RunSettings &settings,
               uint64_t seed, const std::string &system_prompt) {
   const bool interactive = ::isatty(STDIN_FILENO);

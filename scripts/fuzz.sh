@@ -2,8 +2,9 @@
 # Builds the libFuzzer targets with clang (+ASan/UBSan) and runs them, seeded with valid and
 # broken inputs: the image reader for SECONDS (default 60), the safetensors header parser, the
 # chat-template parser+renderer and inspect's metadata printing for half that each, the
-# tokenizer.json loader (+ encode/decode) for a third, at most 20 s. Fails on any crash,
-# sanitizer report or slow input (-timeout: every input must end in seconds).
+# tokenizer.json loader (+ encode/decode) and `colibri serve`'s request parsing for a third
+# each, at most 20 s. Fails on any crash, sanitizer report or slow input (-timeout: every input
+# must end in seconds).
 # Usage: scripts/fuzz.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,7 @@ cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLIBRI_WERROR=ON -DCOLIBRI_FUZZ=ON -DCOLIBRI_BENCH=OFF \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target fuzz_image_reader make_fuzz_seeds fuzz_safetensors fuzz_chat_template \
-  fuzz_inspect fuzz_tokenizer_json
+  fuzz_inspect fuzz_tokenizer_json fuzz_openai_request
 
 run_fuzzer() {  # binary corpus_dir seconds [extra libFuzzer flags]
   local log="build-fuzz/$(basename "$1").log" status=0
@@ -78,3 +79,12 @@ done
 } >"$tok_corpus/nested_sequence.json"
 run_fuzzer build-fuzz/tests/fuzz_tokenizer_json "$tok_corpus" "$tok_seconds"
 echo "fuzz_tokenizer_json: ${tok_seconds}s without a crash"
+
+# `colibri serve` request bodies: the committed examples of both endpoints (valid, wrong types,
+# deep nesting); the JSON punctuation and field names as a dictionary.
+or_corpus=build-fuzz/corpus/openai_request
+or_seconds=$((seconds / 3 < 20 ? seconds / 3 : 20))
+rm -rf "$or_corpus" && mkdir -p "$or_corpus"
+cp tests/fuzz/seeds/openai_request/* "$or_corpus/"
+run_fuzzer build-fuzz/tests/fuzz_openai_request "$or_corpus" "$or_seconds" -dict=tests/fuzz/openai.dict
+echo "fuzz_openai_request: ${or_seconds}s without a crash"

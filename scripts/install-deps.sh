@@ -9,7 +9,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config clang
   libcxxopts-dev libxxhash-dev libzstd-dev libnuma1 catch2 nlohmann-json3-dev
-  libpcre2-dev libutf8proc-dev
+  libpcre2-dev libutf8proc-dev libcpp-httplib-dev
   zstd xxhash
   abigail-tools
   golang-go bindgen cargo

@@ -122,9 +122,8 @@ func TestEngineCancelBusyTimeoutPrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	if _, ok, err := a.Next(context.Background()); !ok || err != nil {
-		t.Fatalf("first piece: %v %v", ok, err)
-	}
+	// One slot and a queue of one: a and b are accepted, the third (submitted before a can
+	// have finished its 40 tokens) is refused.
 	b, err := e.SubmitTokens(fixture.oracle.InputIDs, long) // waits for the slot
 	if err != nil {
 		t.Fatal(err)

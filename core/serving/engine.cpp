@@ -41,6 +41,7 @@ struct Engine::Sequence {
   uint32_t computed = 0;        // positions whose KV is in the cache
   uint32_t slot = 0;
   bool running = false;
+  bool accepted = false;  // counted in unfinished_ (submit queued it)
   bool admitted_once = false;
   uint64_t admission = 0;       // admission order (preemption takes the newest)
   runtime::Sampler sampler;
@@ -190,12 +191,17 @@ Error Engine::submit(const std::vector<int32_t> &prompt, const RequestOptions &o
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return make_error(ErrorKind::InvalidArgument, "the engine is shutting down");
-    if (waiting_.size() >= options_.queue_capacity) {
+    // Accepted and unfinished requests: at most max_sequences running plus queue_capacity
+    // waiting (so a queue_capacity of 0 admits while a slot is free and refuses otherwise).
+    if (unfinished_ >= static_cast<size_t>(options_.max_sequences) + options_.queue_capacity) {
       ++stats_.rejected_busy;
-      return make_error(ErrorKind::Busy, strprintf("the engine's queue is full (%u requests wait; queue_capacity): try "
-                                                   "again later",
-                                                   options_.queue_capacity));
+      return make_error(ErrorKind::Busy,
+                        strprintf("the engine is full (%u requests running and %u waiting: max_sequences + "
+                                  "queue_capacity): try again later",
+                                  options_.max_sequences, options_.queue_capacity));
     }
+    seq->accepted = true;
+    ++unfinished_;
     waiting_.push_back(std::move(seq));
     ++stats_.submitted;
     stats_.queue_depth = waiting_.size();
@@ -250,6 +256,7 @@ void Engine::finish(Sequence &seq, FinishReason reason, Error error) {
   r.cv_.notify_all();
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.finished;
+  if (seq.accepted) --unfinished_;
 }
 
 void Engine::release_slot(Sequence &seq) {

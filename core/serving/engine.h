@@ -55,7 +55,7 @@ struct EngineOptions {
   uint32_t step_tokens = 256;      // tokens per step: one per running sequence + prefill chunks
   uint32_t block_tokens = 16;      // positions per KV block
   uint64_t kv_budget_bytes = 0;    // KV pool size; 0 = every running sequence's whole context
-  uint32_t queue_capacity = 64;    // requests waiting for a slot; beyond it submit is Busy
+  uint32_t queue_capacity = 64;    // requests waiting for a slot beyond those running; then submit is Busy
   bool prefix_cache = true;        // reuse cached KV blocks of earlier requests' prefixes
   // Threads, kernels, KV dtype, non-finite policy, NUMA: as for a session. Its
   // context_length, max_sequences, max_batch_tokens, max_logit_rows and kv_* fields are set
@@ -144,7 +144,7 @@ class Engine {
   Engine(const Engine &) = delete;
   Engine &operator=(const Engine &) = delete;
 
-  // Queues a request. Busy when queue_capacity requests wait already; InvalidArgument for an
+  // Queues a request. Busy when max_sequences + queue_capacity requests are unfinished already; InvalidArgument for an
   // empty prompt, a token outside the vocabulary, bad sampling options, a prompt that does not
   // fit the context (or the KV pool). Thread-safe.
   Error submit(const std::vector<int32_t> &prompt, const RequestOptions &options, std::shared_ptr<Request> *out);
@@ -178,6 +178,7 @@ class Engine {
   std::deque<std::unique_ptr<Sequence>> waiting_;
   bool stopping_ = false;
   EngineStats stats_;
+  size_t unfinished_ = 0;  // accepted by submit, not finished (guarded by mu_)
 
   // The scheduler's own (no lock).
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order

@@ -312,6 +312,24 @@ TEST_CASE("engine: a full queue answers Busy at once, bad requests are refused a
   CHECK(drain(*b).finish == runtime::FinishReason::Cancelled);
 }
 
+TEST_CASE("engine: queue_capacity 0 accepts while a slot is free and answers Busy otherwise", "[serving][limits]") {
+  // A queue of 0 once refused every request, the first included (`colibri serve --queue 0`).
+  serving::EngineOptions eo = engine_options(2);
+  eo.queue_capacity = 0;
+  auto engine = make_engine(eo);
+  serving::RequestOptions o = request_options(1, 100000);
+  o.ignore_eos = true;
+  std::shared_ptr<serving::Request> a, b, c, d;
+  REQUIRE(engine->submit(encode(kPrompts[0]), o, &a).ok());
+  REQUIRE(engine->submit(encode(kPrompts[1]), o, &b).ok());
+  CHECK(engine->submit(encode(kPrompts[2]), o, &c).kind == ErrorKind::Busy);
+  a->cancel();
+  REQUIRE(drain(*a).finish == runtime::FinishReason::Cancelled);
+  // a's slot is free once it finished: the next request is accepted again.
+  CHECK(engine->submit(encode(kPrompts[2]), o, &d).ok());
+  CHECK(engine->stats().rejected_busy == 1);
+}
+
 TEST_CASE("engine: many threads submitting, reading and cancelling at once", "[serving][stress]") {
   serving::EngineOptions eo = engine_options(4);
   eo.queue_capacity = 8;

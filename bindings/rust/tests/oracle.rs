@@ -497,10 +497,14 @@ fn chat_batch_moe() {
 }
 
 fn engine(model: &Model, max_sequences: u32, queue: u32) -> colibri::Engine {
+    engine_with_context(model, max_sequences, queue, 64)
+}
+
+fn engine_with_context(model: &Model, max_sequences: u32, queue: u32, context: u32) -> colibri::Engine {
     model
         .engine(&EngineOptions {
             max_sequences: Some(max_sequences),
-            context_length: Some(64),
+            context_length: Some(context),
             step_tokens: Some(16),
             queue_capacity: Some(queue),
             session: SessionOptions { threads: Some(2), ..Default::default() },
@@ -567,21 +571,24 @@ fn engine_busy_cancel_timeout_prefix() {
         None => return,
     };
     let model = open(fx);
-    let engine = engine(&model, 1, 1);
+    let engine = engine_with_context(&model, 1, 1, 1024);
     let long = RequestOptions { max_tokens: Some(40), ignore_eos: true, ..Default::default() };
+    // b is long enough (900 tokens, tens of ms) that the cancel from another thread lands first.
+    let longer = RequestOptions { max_tokens: Some(900), ignore_eos: true, ..Default::default() };
+    // One slot and a queue of one: a and b are accepted, c (submitted before a can have
+    // finished its 40 tokens) is refused.
     let mut a = engine.submit(&fx.input_ids, &long).unwrap();
-    assert!(a.next().unwrap().is_ok()); // a holds the only slot
-    let mut b = engine.submit(&fx.input_ids, &long).unwrap(); // waits
+    let mut b = engine.submit(&fx.input_ids, &longer).unwrap(); // waits
     let busy = engine.submit(&fx.input_ids, &long).unwrap_err();
     assert_eq!(busy.status(), Status::BUSY);
     let canceller = b.canceller();
     thread::spawn(move || canceller.cancel().unwrap()).join().unwrap();
     assert!(b.by_ref().all(|p| p.is_ok()));
     let rb = b.result().unwrap();
-    // b may have had the slot for a few tokens (a can finish before the cancel lands on a fast
-    // machine); it must end cancelled, short of its 40.
+    // b may have had the slot for some tokens (a can finish before the cancel lands on a fast
+    // machine); it must end cancelled, short of its 900.
     assert_eq!(rb.finish_reason, FinishReason::Cancelled, "{rb:?}");
-    assert!(rb.generated_tokens < 40, "{rb:?}");
+    assert!(rb.generated_tokens < 900, "{rb:?}");
     assert!(a.by_ref().all(|p| p.is_ok()));
     assert_eq!(a.result().unwrap().generated_tokens, 40);
     // Second turn over the first turn's history: its full blocks come from the prefix cache.
