@@ -305,9 +305,12 @@ cxxopts::ParseResult parse_flags(cxxopts::Options &options, int argc, char **arg
     cxxopts::ParseResult result = options.parse(static_cast<int>(pointers.size()), pointers.data());
     if (result.count("help")) {
       // Groups in reading order (cxxopts would sort them by name).
+      // groups() returns a copy: one copy for both iterators.
+      const std::vector<std::string> present = options.groups();
       std::vector<std::string> groups;
-      for (const char *g : {"Input", "Input and output", "Tests", "Evaluation", "Generation", "Sampling", "Model", "Output", "Help"})
-        if (std::find(options.groups().begin(), options.groups().end(), g) != options.groups().end()) groups.emplace_back(g);
+      for (const char *g : {"Input", "Input and output", "Tests", "Evaluation", "Generation", "Sampling", "Server", "Model",
+                            "Output", "Help"})
+        if (std::find(present.begin(), present.end(), g) != present.end()) groups.emplace_back(g);
       std::cout << options.help(groups);
       *help_shown = true;
       return result;

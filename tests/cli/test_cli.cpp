@@ -723,7 +723,7 @@ TEST_CASE("flags Colibri does not have are named with what it does instead", "[c
       {"run -p hi -ngl 99", "runs on the CPU"},
       {"run -p hi --n-gpu-layers 99", "runs on the CPU"},
       {"run -p hi -fa", "attention always runs fused"},
-      {"run -p hi --port 8080", "no HTTP server"},
+      {"run -p hi --port 8080", "does not serve HTTP: `colibri serve"},
       {"run -p hi --gpu-id 0", "runs on the CPU"},
       {"bench -ngl 99", "runs on the CPU"},
       {"run -p hi -ctk q8_0", "f32 (the default) or f16"},

@@ -198,14 +198,20 @@ std::string read_until(int fd, const std::string &marker, std::chrono::seconds l
   return got;
 }
 
-// One metric's value from Prometheus text (the line "name value" or "name{labels} value").
-double metric(const std::string &text, const std::string &series) {
+// One metric's value from Prometheus text (the line "name value" or "name{labels} value"); -1
+// when the series is absent.
+double find_metric(const std::string &text, const std::string &series) {
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line))
     if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
-  FAIL("no series " << series << " in /metrics");
-  return 0;
+  return -1;
+}
+
+double metric(const std::string &text, const std::string &series) {
+  const double v = find_metric(text, series);
+  if (v < 0) FAIL("no series " << series << " in /metrics");
+  return v;
 }
 
 std::string metrics(const ServerProcess &s) {
@@ -221,7 +227,7 @@ void wait_metric(const ServerProcess &s, const std::string &series, double want,
   const auto deadline = std::chrono::steady_clock::now() + limit;
   double got = -1;
   while (std::chrono::steady_clock::now() < deadline) {
-    got = metric(metrics(s), series);
+    got = find_metric(metrics(s), series);
     if (got == want) return;
     std::this_thread::sleep_for(20ms);
   }
@@ -448,7 +454,8 @@ TEST_CASE("serve: a full engine is 429 with Retry-After and a client that discon
   auto busy = post(s, "/v1/completions", {{"prompt", "b"}, {"max_tokens", 2}});
   check_error(busy, 429, "", "the server is busy");
   CHECK(busy->get_header_value("Retry-After") == "1");
-  CHECK(metric(metrics(s), "colibri_active_sequences") == 1);
+  // The engine's gauges are as of the end of its last step (the first piece is out before).
+  wait_metric(s, "colibri_active_sequences", 1, 5000ms);
   ::close(fd);  // the client goes away mid-stream
   wait_metric(s, "colibri_active_sequences", 0, 5000ms);
   wait_metric(s, "colibri_requests_in_flight", 0, 5000ms);
@@ -462,6 +469,8 @@ TEST_CASE("serve: /metrics is Prometheus text with the engine's and the server's
   ServerProcess s({});
   REQUIRE(post(s, "/v1/completions", kGreedy));
   REQUIRE(post(s, "/v1/completions", {{"prompt", 5}}));  // a 400, counted too
+  // The server counts a response after writing it: the client may read /metrics first.
+  wait_metric(s, "colibri_http_requests_total{route=\"/v1/completions\",code=\"400\"}", 1, 5000ms);
   const std::string text = metrics(s);
   // Every line is a HELP/TYPE comment or a sample of a declared metric; histograms are cumulative.
   const std::regex help("# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) .+");
