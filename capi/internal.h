@@ -110,8 +110,19 @@ int32_t write_output(T *out, const T &full, size_t abi1_size, const char *struct
 // Copies `size` bytes of text plus a NUL into a caller buffer under the buffer rules of
 // colibri.h (NULL/0 = size query). *size_out may be null.
 int32_t copy_text(const std::string &text, char *buffer, size_t capacity, size_t *size_out);
+// The buffer rules for an array of `count` elements (`what` names them in the message):
+// *count_out (may be null) = count; NULL/0 is a size query; a short buffer BUFFER_TOO_SMALL.
+int32_t check_array_buffer(size_t count, const void *buffer, size_t capacity, size_t *count_out, const char *what);
+template <class T>
+int32_t copy_array(const T *items, size_t count, T *buffer, size_t capacity, size_t *count_out, const char *what) {
+  if (int32_t s = check_array_buffer(count, buffer, capacity, count_out, what)) return s;
+  if (buffer && count) std::memcpy(buffer, items, count * sizeof(T));
+  return COLIBRI_OK;
+}
 // The same for an array of token ids.
-int32_t copy_tokens(const int32_t *tokens, size_t count, int32_t *buffer, size_t capacity, size_t *count_out);
+inline int32_t copy_tokens(const int32_t *tokens, size_t count, int32_t *buffer, size_t capacity, size_t *count_out) {
+  return copy_array(tokens, count, buffer, capacity, count_out, "tokens");
+}
 
 // COLIBRI_NUMA_* (+ node) as the engine's policy; DEFAULT and OFF are Off.
 inline util::NumaPolicy numa_policy(uint32_t policy, uint32_t node) {
@@ -133,7 +144,7 @@ inline util::NumaPolicy numa_policy(uint32_t policy, uint32_t node) {
 // handle reads a dead tag in memory that is still the library's (BAD_STATE), never freed
 // memory. Older freed handles, and pointers that were never handles, are read as they are:
 // a wrong tag is BAD_STATE, an unmapped address still faults.
-enum class HandleKind : uint32_t { Model = 1, Session = 2, Stream = 3, Sampler = 4 };
+enum class HandleKind : uint32_t { Model = 1, Session = 2, Stream = 3, Sampler = 4, Engine = 5, Request = 6 };
 
 constexpr uint64_t kLiveTagBase = 0x434F4C4942000000ull;  // "COLIB" + kind
 constexpr uint64_t kDeadTagBase = 0xDEADC0DE00000000ull;  // + kind
@@ -163,6 +174,28 @@ bool claim_for_free(void *h, HandleKind kind, const char *name) noexcept;
 // Keeps a freed (claimed, emptied) handle's shell allocated for a while; `destroy` deletes it.
 void quarantine(HandleBase *handle, void (*destroy)(HandleBase *)) noexcept;
 
+// A busy word for handles used by one thread at a time that have no callbacks (a sampler):
+// the calling thread's token while a call holds it, 0 when idle, kBusyWordFreeing once its
+// free function claimed it. The session has its own (SessionUse: its messages know callbacks).
+constexpr uintptr_t kBusyWordFreeing = 1;
+class BusyUse {
+ public:
+  // Holds `word` for one call on the handle called `noun` ("sampler"); status() is BAD_STATE
+  // (recorded) when another call holds it or it is being freed.
+  BusyUse(std::atomic<uintptr_t> &word, const char *noun) noexcept;
+  ~BusyUse();
+  BusyUse(const BusyUse &) = delete;
+  BusyUse &operator=(const BusyUse &) = delete;
+  int32_t status() const { return status_; }
+
+ private:
+  std::atomic<uintptr_t> *word_ = nullptr;
+  int32_t status_ = COLIBRI_OK;
+};
+// A free function's claim of a busy word (idle → freeing, for good). False, with BAD_STATE
+// recorded ("nothing was freed"), while a call holds it.
+bool claim_busy_for_free(std::atomic<uintptr_t> &word, const char *noun) noexcept;
+
 // ---- handles ------------------------------------------------------------------------------------
 
 // Everything one opened image owns. Shared by the user's model handle and every session on
@@ -189,6 +222,14 @@ void load_tokenizer(ModelState &state);
 
 // The Tokenizer or an UNSUPPORTED failure with the stored reason.
 int32_t require_tokenizer(const ModelState &state, const tokenizer::Tokenizer **out);
+
+// colibri_chat_render's work (tokenizer.cpp): checks the messages and options, renders them
+// with the model's template (or options->template_text) into *out.
+int32_t render_chat(const ModelState &state, const colibri_chat_message *messages, size_t message_count,
+                    const colibri_chat_options *options, std::string *out);
+// Tokenizes rendered chat text as colibri_chat_render's comment says: no ADD_SPECIAL (the
+// template writes its BOS text), PARSE_SPECIAL (its special-token text becomes those tokens).
+int32_t tokenize_chat(const ModelState &state, const std::string &text, std::vector<int32_t> *ids);
 
 }  // namespace colibri::capi
 
@@ -242,6 +283,10 @@ inline int32_t check(const colibri_session *h, const char *name) noexcept {
 inline int32_t check(const colibri_stream *h, const char *name) noexcept { return check_handle(h, HandleKind::Stream, name); }
 inline int32_t check(const colibri_sampler *h, const char *name) noexcept {
   return check_handle(h, HandleKind::Sampler, name);
+}
+inline int32_t check(const colibri_engine *h, const char *name) noexcept { return check_handle(h, HandleKind::Engine, name); }
+inline int32_t check(const colibri_request *h, const char *name) noexcept {
+  return check_handle(h, HandleKind::Request, name);
 }
 
 // Returns from the calling function unless `h` is a live handle of its type (NULL:
