@@ -74,33 +74,22 @@ int32_t submit(capi::EngineHandle *e, std::vector<int32_t> prompt, const colibri
                colibri_request **request_out) {
   colibri_request_options o = default_request_options();
   if (int32_t s = capi::read_options(options, &o, kRequestOptionsAbi1, "colibri_request_options")) return s;
-  COLIBRI_REQUIRE_ARG(o.ignore_eos <= 1, "colibri_request_options.ignore_eos must be 0 or 1");
   COLIBRI_REQUIRE_ARG(o.reserved0 == 0, "colibri_request_options.reserved0 must be 0");
-  COLIBRI_REQUIRE_ARG(o.eos_tokens || o.eos_token_count == 0, "eos_tokens is NULL but eos_token_count is not 0");
-  COLIBRI_REQUIRE_ARG(o.stop_strings || o.stop_string_count == 0, "stop_strings is NULL but stop_string_count is not 0");
   COLIBRI_REQUIRE_ARG(o.logprobs <= 1, "colibri_request_options.logprobs must be 0 or 1");
   COLIBRI_REQUIRE_ARG(o.top_logprobs <= COLIBRI_MAX_TOP_LOGPROBS,
                       util::strprintf("colibri_request_options.top_logprobs %u is out of range (0..%d)", o.top_logprobs,
                                       COLIBRI_MAX_TOP_LOGPROBS));
   static_assert(COLIBRI_MAX_TOP_LOGPROBS == runtime::kMaxTopLogprobs);
-  const uint32_t context = e->engine->options().context_length;
-  if (prompt.size() >= context)
-    return capi::fail(COLIBRI_ERROR_CONTEXT_FULL,
-                      util::strprintf("the prompt has %zu tokens but the context holds %u (one more is needed to "
-                                      "generate); shorten the prompt or create the engine with a larger "
-                                      "context_length",
-                                      prompt.size(), context));
+  if (int32_t s = capi::check_prompt(prompt.data(), prompt.size(), e->engine->options().context_length,
+                                     "create the engine with a larger context_length"))
+    return s;
   serving::RequestOptions ro;
-  ro.max_tokens = o.max_tokens;
-  ro.ignore_eos = o.ignore_eos != 0;
   ro.logprobs = o.logprobs != 0;
   ro.top_logprobs = o.top_logprobs;
-  if (int32_t s = capi::sampler_options_from_c(o.sampler, e->default_seed, &ro.sampling)) return s;
-  ro.eos_token_ids.assign(o.eos_tokens, o.eos_tokens + o.eos_token_count);
-  for (size_t i = 0; i < o.stop_string_count; ++i) {
-    COLIBRI_REQUIRE_ARG(o.stop_strings[i], "stop_strings[" + std::to_string(i) + "] is NULL");
-    ro.stop_strings.emplace_back(o.stop_strings[i]);
-  }
+  const capi::GenerationFields fields{o.max_tokens,      o.ignore_eos,   o.sampler,          o.eos_tokens,
+                                      o.eos_token_count, o.stop_strings, o.stop_string_count};
+  // Empty stop strings are accepted and ignored (an OpenAI client may send "").
+  if (int32_t s = capi::read_generation_fields(fields, "colibri_request_options", e->default_seed, true, &ro)) return s;
   const serving::Clock::time_point now = serving::Clock::now();
   if (o.timeout_ns) {
     const uint64_t room = static_cast<uint64_t>(
@@ -119,11 +108,7 @@ int32_t submit(capi::EngineHandle *e, std::vector<int32_t> prompt, const colibri
 extern "C" {
 
 COLIBRI_API int32_t colibri_engine_options_init(colibri_engine_options *options, size_t struct_size) {
-  return capi::guard(__func__, [&] {
-    colibri_engine_options defaults = default_engine_options();
-    return capi::init_options(options, struct_size, &defaults, sizeof defaults, kEngineOptionsAbi1,
-                              "colibri_engine_options");
-  });
+  return capi::options_init(__func__, options, struct_size, default_engine_options, kEngineOptionsAbi1, "colibri_engine_options");
 }
 
 COLIBRI_API int32_t colibri_engine_create(colibri_model *model, const colibri_engine_options *options,
@@ -210,11 +195,7 @@ COLIBRI_API int32_t colibri_engine_get_stats(const colibri_engine *engine, colib
 }
 
 COLIBRI_API int32_t colibri_request_options_init(colibri_request_options *options, size_t struct_size) {
-  return capi::guard(__func__, [&] {
-    colibri_request_options defaults = default_request_options();
-    return capi::init_options(options, struct_size, &defaults, sizeof defaults, kRequestOptionsAbi1,
-                              "colibri_request_options");
-  });
+  return capi::options_init(__func__, options, struct_size, default_request_options, kRequestOptionsAbi1, "colibri_request_options");
 }
 
 COLIBRI_API int32_t colibri_request_submit(colibri_engine *engine, const int32_t *prompt, size_t prompt_count,
@@ -223,8 +204,7 @@ COLIBRI_API int32_t colibri_request_submit(colibri_engine *engine, const int32_t
     COLIBRI_REQUIRE_ARG(request_out, "request_out must not be NULL");
     *request_out = nullptr;
     COLIBRI_REQUIRE_HANDLE(engine, "engine");
-    COLIBRI_REQUIRE_ARG(prompt_count > 0, "the prompt is empty: give at least one token");
-    COLIBRI_REQUIRE_ARG(prompt, "prompt must not be NULL");
+    COLIBRI_REQUIRE_ARG(prompt || prompt_count == 0, "prompt must not be NULL");
     return submit(capi::impl(engine), std::vector<int32_t>(prompt, prompt + prompt_count), options, request_out);
   });
 }

@@ -98,6 +98,17 @@ int32_t read_options(const T *in, T *out, size_t abi1_size, const char *struct_n
 int32_t init_options(void *out, size_t struct_size, const void *defaults, size_t library_size, size_t abi1_size,
                      const char *struct_name);
 
+// The body of every colibri_*_options_init: init_options with the defaults `make_defaults`
+// returns, under the guard of `function` (its __func__).
+template <class T>
+int32_t options_init(const char *function, T *options, size_t struct_size, T (*make_defaults)(), size_t abi1_size,
+                     const char *struct_name) noexcept {
+  return guard(function, [&] {
+    const T defaults = make_defaults();
+    return init_options(options, struct_size, &defaults, sizeof defaults, abi1_size, struct_name);
+  });
+}
+
 // Writes `full` (a complete struct of this library's size) into a caller output struct whose
 // struct_size the caller set: the fields that fit, zeros beyond what the library knows.
 int32_t write_output(void *out, const void *full, size_t library_size, size_t abi1_size, const char *struct_name);
@@ -352,4 +363,36 @@ namespace colibri::capi {
 // Reads a caller's sampler options (NULL: defaults) into the engine's, resolving
 // COLIBRI_SEED_FROM_SESSION to session_seed, and validates them. Defined in sampler.cpp.
 int32_t sampler_options_from_c(const colibri_sampler_options *in, uint64_t session_seed, runtime::SamplerOptions *out);
+}  // namespace colibri::capi
+
+namespace colibri::capi {
+// The prompt checks of every generation (colibri_generate, colibri_stream_open,
+// colibri_request_submit, _submit_chat): not empty, not NULL, and shorter than the context
+// (one more position is needed to generate: CONTEXT_FULL, the message ending with `fix`).
+int32_t check_prompt(const int32_t *prompt, size_t prompt_count, uint32_t context_length, const char *fix);
+
+// What colibri_generate_options and colibri_request_options share, as the caller set it.
+struct GenerationFields {
+  uint32_t max_tokens = 0;
+  uint32_t ignore_eos = 0;
+  const colibri_sampler_options *sampler = nullptr;
+  const int32_t *eos_tokens = nullptr;
+  size_t eos_token_count = 0;
+  const char *const *stop_strings = nullptr;
+  size_t stop_string_count = 0;
+};
+// The same, checked (messages name `struct_name`'s fields) and converted. Empty stop strings
+// are refused unless empty_stop_ok (the serving engine ignores them).
+// `Out` is runtime::GenerateOptions or serving::RequestOptions (the fields have one name).
+int32_t read_generation_fields(const GenerationFields &in, const char *struct_name, uint64_t default_seed,
+                               bool empty_stop_ok, runtime::SamplerOptions *sampling,
+                               std::vector<int32_t> *eos_token_ids, std::vector<std::string> *stop_strings);
+template <class Out>
+int32_t read_generation_fields(const GenerationFields &in, const char *struct_name, uint64_t default_seed,
+                               bool empty_stop_ok, Out *out) {
+  out->max_tokens = in.max_tokens;
+  out->ignore_eos = in.ignore_eos != 0;
+  return read_generation_fields(in, struct_name, default_seed, empty_stop_ok, &out->sampling, &out->eos_token_ids,
+                                &out->stop_strings);
+}
 }  // namespace colibri::capi

@@ -82,11 +82,7 @@ int32_t sampler_options_from_c(const colibri_sampler_options *in, uint64_t sessi
 extern "C" {
 
 COLIBRI_API int32_t colibri_sampler_options_init(colibri_sampler_options *options, size_t struct_size) {
-  return capi::guard(__func__, [&] {
-    colibri_sampler_options defaults = default_sampler_options();
-    return capi::init_options(options, struct_size, &defaults, sizeof defaults, kSamplerOptionsAbi1,
-                              "colibri_sampler_options");
-  });
+  return capi::options_init(__func__, options, struct_size, default_sampler_options, kSamplerOptionsAbi1, "colibri_sampler_options");
 }
 
 COLIBRI_API int32_t colibri_sampler_create(const colibri_sampler_options *options, size_t vocab_size,

@@ -162,10 +162,7 @@ COLIBRI_API int32_t colibri_token_text(const colibri_model *model, int32_t token
 }
 
 COLIBRI_API int32_t colibri_chat_options_init(colibri_chat_options *options, size_t struct_size) {
-  return capi::guard(__func__, [&] {
-    colibri_chat_options defaults = default_chat_options();
-    return capi::init_options(options, struct_size, &defaults, sizeof defaults, kChatOptionsAbi1, "colibri_chat_options");
-  });
+  return capi::options_init(__func__, options, struct_size, default_chat_options, kChatOptionsAbi1, "colibri_chat_options");
 }
 
 COLIBRI_API int32_t colibri_chat_render(const colibri_model *model, const colibri_chat_message *messages,
