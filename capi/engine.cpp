@@ -12,24 +12,22 @@ using namespace colibri;
 
 namespace colibri::capi {
 
-struct EngineHandle {
+struct EngineHandle : HandleBase {
+  EngineHandle() : HandleBase(HandleKind::Engine) {}
   std::shared_ptr<ModelState> model;
-  std::unique_ptr<serving::Engine> engine;
+  std::unique_ptr<serving::Engine> engine;  // released by colibri_engine_free (the shell is quarantined)
   uint64_t default_seed = 0;
 };
 
-struct RequestHandle {
-  std::shared_ptr<serving::Request> request;
+struct RequestHandle : HandleBase {
+  RequestHandle() : HandleBase(HandleKind::Request) {}
+  std::shared_ptr<serving::Request> request;  // released by colibri_request_free
   std::string piece;        // the piece last returned by colibri_request_next
   bool error_reported = false;  // a failed request returned its error once
 };
 
-inline EngineHandle *impl(colibri_engine *h) { return reinterpret_cast<EngineHandle *>(h); }
-inline const EngineHandle *impl(const colibri_engine *h) { return reinterpret_cast<const EngineHandle *>(h); }
-inline colibri_engine *handle(EngineHandle *p) { return reinterpret_cast<colibri_engine *>(p); }
-inline RequestHandle *impl(colibri_request *h) { return reinterpret_cast<RequestHandle *>(h); }
-inline const RequestHandle *impl(const colibri_request *h) { return reinterpret_cast<const RequestHandle *>(h); }
-inline colibri_request *handle(RequestHandle *p) { return reinterpret_cast<colibri_request *>(p); }
+COLIBRI_CAPI_HANDLE_CASTS(colibri_engine, EngineHandle)
+COLIBRI_CAPI_HANDLE_CASTS(colibri_request, RequestHandle)
 
 }  // namespace colibri::capi
 
@@ -37,7 +35,8 @@ namespace {
 
 constexpr size_t kEngineOptionsAbi1 = sizeof(colibri_engine_options);
 constexpr size_t kEngineStatsAbi1 = sizeof(colibri_engine_stats);
-constexpr size_t kRequestOptionsAbi1 = sizeof(colibri_request_options);
+// ABI 1 as first released: the fields up to timeout_ns (logprobs, top_logprobs were appended).
+constexpr size_t kRequestOptionsAbi1 = offsetof(colibri_request_options, logprobs);
 constexpr size_t kRequestResultAbi1 = sizeof(colibri_request_result);
 
 colibri_engine_options default_engine_options() {
@@ -69,16 +68,47 @@ uint32_t finish_code(runtime::FinishReason reason) {
   return static_cast<uint32_t>(reason);
 }
 
+
+// colibri_request_submit's work after the prompt is known (token ids or rendered chat).
+int32_t submit(capi::EngineHandle *e, std::vector<int32_t> prompt, const colibri_request_options *options,
+               colibri_request **request_out) {
+  colibri_request_options o = default_request_options();
+  if (int32_t s = capi::read_options(options, &o, kRequestOptionsAbi1, "colibri_request_options")) return s;
+  COLIBRI_REQUIRE_ARG(o.reserved0 == 0, "colibri_request_options.reserved0 must be 0");
+  COLIBRI_REQUIRE_ARG(o.logprobs <= 1, "colibri_request_options.logprobs must be 0 or 1");
+  COLIBRI_REQUIRE_ARG(o.top_logprobs <= COLIBRI_MAX_TOP_LOGPROBS,
+                      util::strprintf("colibri_request_options.top_logprobs %u is out of range (0..%d)", o.top_logprobs,
+                                      COLIBRI_MAX_TOP_LOGPROBS));
+  static_assert(COLIBRI_MAX_TOP_LOGPROBS == runtime::kMaxTopLogprobs);
+  if (int32_t s = capi::check_prompt(prompt.data(), prompt.size(), e->engine->options().context_length,
+                                     "create the engine with a larger context_length"))
+    return s;
+  serving::RequestOptions ro;
+  ro.logprobs = o.logprobs != 0;
+  ro.top_logprobs = o.top_logprobs;
+  const capi::GenerationFields fields{o.max_tokens,      o.ignore_eos,   o.sampler,          o.eos_tokens,
+                                      o.eos_token_count, o.stop_strings, o.stop_string_count};
+  // Empty stop strings are accepted and ignored (an OpenAI client may send "").
+  if (int32_t s = capi::read_generation_fields(fields, "colibri_request_options", e->default_seed, true, &ro)) return s;
+  const serving::Clock::time_point now = serving::Clock::now();
+  if (o.timeout_ns) {
+    const uint64_t room = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(serving::Clock::time_point::max() - now).count());
+    ro.deadline = o.timeout_ns >= room ? serving::Clock::time_point::max()
+                                       : now + std::chrono::nanoseconds(static_cast<int64_t>(o.timeout_ns));
+  }
+  auto h = std::make_unique<capi::RequestHandle>();
+  if (Error err = e->engine->submit(prompt, ro, &h->request)) return capi::fail(err);
+  *request_out = capi::handle(h.release());
+  return COLIBRI_OK;
+}
+
 }  // namespace
 
 extern "C" {
 
 COLIBRI_API int32_t colibri_engine_options_init(colibri_engine_options *options, size_t struct_size) {
-  return capi::guard(__func__, [&] {
-    colibri_engine_options defaults = default_engine_options();
-    return capi::init_options(options, struct_size, &defaults, sizeof defaults, kEngineOptionsAbi1,
-                              "colibri_engine_options");
-  });
+  return capi::options_init(__func__, options, struct_size, default_engine_options, kEngineOptionsAbi1, "colibri_engine_options");
 }
 
 COLIBRI_API int32_t colibri_engine_create(colibri_model *model, const colibri_engine_options *options,
@@ -126,12 +156,18 @@ COLIBRI_API int32_t colibri_engine_create(colibri_model *model, const colibri_en
 }
 
 COLIBRI_API void colibri_engine_free(colibri_engine *engine) {
-  capi::guard_void(__func__, [&] { delete capi::impl(engine); });
+  capi::guard_void(__func__, [&] {
+    if (!engine || !capi::claim_for_free(engine, capi::HandleKind::Engine, "engine")) return;
+    capi::EngineHandle *e = capi::impl(engine);
+    e->engine.reset();  // stops the scheduler: unfinished requests end CANCELLED
+    e->model.reset();
+    capi::quarantine(e, [](capi::HandleBase *h) { delete static_cast<capi::EngineHandle *>(h); });
+  });
 }
 
 COLIBRI_API int32_t colibri_engine_get_stats(const colibri_engine *engine, colibri_engine_stats *stats) {
   return capi::guard(__func__, [&]() -> int32_t {
-    COLIBRI_REQUIRE_ARG(engine, "engine must not be NULL");
+    COLIBRI_REQUIRE_HANDLE(engine, "engine");
     COLIBRI_REQUIRE_ARG(stats, "stats must not be NULL");
     const serving::EngineStats st = capi::impl(engine)->engine->stats();
     colibri_engine_stats full{};
@@ -159,11 +195,7 @@ COLIBRI_API int32_t colibri_engine_get_stats(const colibri_engine *engine, colib
 }
 
 COLIBRI_API int32_t colibri_request_options_init(colibri_request_options *options, size_t struct_size) {
-  return capi::guard(__func__, [&] {
-    colibri_request_options defaults = default_request_options();
-    return capi::init_options(options, struct_size, &defaults, sizeof defaults, kRequestOptionsAbi1,
-                              "colibri_request_options");
-  });
+  return capi::options_init(__func__, options, struct_size, default_request_options, kRequestOptionsAbi1, "colibri_request_options");
 }
 
 COLIBRI_API int32_t colibri_request_submit(colibri_engine *engine, const int32_t *prompt, size_t prompt_count,
@@ -171,51 +203,35 @@ COLIBRI_API int32_t colibri_request_submit(colibri_engine *engine, const int32_t
   return capi::guard(__func__, [&]() -> int32_t {
     COLIBRI_REQUIRE_ARG(request_out, "request_out must not be NULL");
     *request_out = nullptr;
-    COLIBRI_REQUIRE_ARG(engine, "engine must not be NULL");
-    COLIBRI_REQUIRE_ARG(prompt_count > 0, "the prompt is empty: give at least one token");
-    COLIBRI_REQUIRE_ARG(prompt, "prompt must not be NULL");
-    colibri_request_options o = default_request_options();
-    if (int32_t s = capi::read_options(options, &o, kRequestOptionsAbi1, "colibri_request_options")) return s;
-    COLIBRI_REQUIRE_ARG(o.ignore_eos <= 1, "colibri_request_options.ignore_eos must be 0 or 1");
-    COLIBRI_REQUIRE_ARG(o.reserved0 == 0, "colibri_request_options.reserved0 must be 0");
-    COLIBRI_REQUIRE_ARG(o.eos_tokens || o.eos_token_count == 0, "eos_tokens is NULL but eos_token_count is not 0");
-    COLIBRI_REQUIRE_ARG(o.stop_strings || o.stop_string_count == 0, "stop_strings is NULL but stop_string_count is not 0");
+    COLIBRI_REQUIRE_HANDLE(engine, "engine");
+    COLIBRI_REQUIRE_ARG(prompt || prompt_count == 0, "prompt must not be NULL");
+    return submit(capi::impl(engine), std::vector<int32_t>(prompt, prompt + prompt_count), options, request_out);
+  });
+}
+
+COLIBRI_API int32_t colibri_request_submit_chat(colibri_engine *engine, const colibri_chat_message *messages,
+                                                size_t message_count, const colibri_chat_options *chat_options,
+                                                const colibri_request_options *options,
+                                                colibri_request **request_out) {
+  return capi::guard(__func__, [&]() -> int32_t {
+    COLIBRI_REQUIRE_ARG(request_out, "request_out must not be NULL");
+    *request_out = nullptr;
+    COLIBRI_REQUIRE_HANDLE(engine, "engine");
     capi::EngineHandle *e = capi::impl(engine);
-    const uint32_t context = e->engine->options().context_length;
-    if (prompt_count >= context)
-      return capi::fail(COLIBRI_ERROR_CONTEXT_FULL,
-                        util::strprintf("the prompt has %zu tokens but the context holds %u (one more is needed to "
-                                        "generate); shorten the prompt or create the engine with a larger "
-                                        "context_length",
-                                        prompt_count, context));
-    serving::RequestOptions ro;
-    ro.max_tokens = o.max_tokens;
-    ro.ignore_eos = o.ignore_eos != 0;
-    if (int32_t s = capi::sampler_options_from_c(o.sampler, e->default_seed, &ro.sampling)) return s;
-    ro.eos_token_ids.assign(o.eos_tokens, o.eos_tokens + o.eos_token_count);
-    for (size_t i = 0; i < o.stop_string_count; ++i) {
-      COLIBRI_REQUIRE_ARG(o.stop_strings[i], "stop_strings[" + std::to_string(i) + "] is NULL");
-      ro.stop_strings.emplace_back(o.stop_strings[i]);
-    }
-    const serving::Clock::time_point now = serving::Clock::now();
-    if (o.timeout_ns) {
-      const uint64_t room = static_cast<uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(serving::Clock::time_point::max() - now).count());
-      ro.deadline = o.timeout_ns >= room ? serving::Clock::time_point::max()
-                                         : now + std::chrono::nanoseconds(static_cast<int64_t>(o.timeout_ns));
-    }
-    auto h = std::make_unique<capi::RequestHandle>();
-    std::vector<int32_t> tokens(prompt, prompt + prompt_count);
-    if (Error err = e->engine->submit(tokens, ro, &h->request)) return capi::fail(err);
-    *request_out = capi::handle(h.release());
-    return COLIBRI_OK;
+    std::string text;
+    if (int32_t s = capi::render_chat(*e->model, messages, message_count, chat_options, &text)) return s;
+    std::vector<int32_t> prompt;
+    if (int32_t s = capi::tokenize_chat(*e->model, text, &prompt)) return s;
+    COLIBRI_REQUIRE_ARG(!prompt.empty(), "the chat template rendered these messages as no tokens: nothing to "
+                                         "generate from");
+    return submit(e, std::move(prompt), options, request_out);
   });
 }
 
 COLIBRI_API int32_t colibri_request_next(colibri_request *request, int64_t timeout_ns, const char **piece,
                                          size_t *piece_size) {
   return capi::guard(__func__, [&]() -> int32_t {
-    COLIBRI_REQUIRE_ARG(request, "request must not be NULL");
+    COLIBRI_REQUIRE_HANDLE(request, "request");
     COLIBRI_REQUIRE_ARG(piece && piece_size, "piece and piece_size must not be NULL");
     capi::RequestHandle *r = capi::impl(request);
     const std::chrono::nanoseconds wait(timeout_ns);
@@ -236,7 +252,7 @@ COLIBRI_API int32_t colibri_request_next(colibri_request *request, int64_t timeo
 
 COLIBRI_API int32_t colibri_request_cancel(colibri_request *request) {
   return capi::guard(__func__, [&]() -> int32_t {
-    COLIBRI_REQUIRE_ARG(request, "request must not be NULL");
+    COLIBRI_REQUIRE_HANDLE(request, "request");
     capi::impl(request)->request->cancel();
     return COLIBRI_OK;
   });
@@ -244,7 +260,7 @@ COLIBRI_API int32_t colibri_request_cancel(colibri_request *request) {
 
 COLIBRI_API int32_t colibri_request_get_result(const colibri_request *request, colibri_request_result *result) {
   return capi::guard(__func__, [&]() -> int32_t {
-    COLIBRI_REQUIRE_ARG(request, "request must not be NULL");
+    COLIBRI_REQUIRE_HANDLE(request, "request");
     COLIBRI_REQUIRE_ARG(result, "result must not be NULL");
     const serving::RequestResult r = capi::impl(request)->request->result();
     colibri_request_result full{};
@@ -264,17 +280,44 @@ COLIBRI_API int32_t colibri_request_get_result(const colibri_request *request, c
 COLIBRI_API int32_t colibri_request_tokens(const colibri_request *request, int32_t *tokens, size_t capacity,
                                            size_t *count) {
   return capi::guard(__func__, [&]() -> int32_t {
-    COLIBRI_REQUIRE_ARG(request, "request must not be NULL");
+    COLIBRI_REQUIRE_HANDLE(request, "request");
     const std::vector<int32_t> ids = capi::impl(request)->request->generated_tokens();
     return capi::copy_tokens(ids.data(), ids.size(), tokens, capacity, count);
   });
 }
 
+COLIBRI_API int32_t colibri_request_logprobs(const colibri_request *request, size_t token_index,
+                                             colibri_token_logprob *chosen, colibri_token_logprob *top,
+                                             size_t capacity, size_t *count) {
+  return capi::guard(__func__, [&]() -> int32_t {
+    COLIBRI_REQUIRE_HANDLE(request, "request");
+    runtime::TokenLogprob picked;
+    std::vector<runtime::TokenLogprob> alternatives;
+    bool records = false;
+    const bool have = capi::impl(request)->request->logprobs(token_index, &picked, &alternatives, &records);
+    if (!records)
+      return capi::fail(COLIBRI_ERROR_BAD_STATE, "the request records no logprobs: submit it with "
+                                                 "colibri_request_options.logprobs = 1 or top_logprobs > 0");
+    if (!have)
+      return capi::invalid(util::strprintf("token_index %zu is not generated yet (colibri_request_tokens counts "
+                                           "the tokens generated so far)",
+                                           token_index));
+    if (chosen) *chosen = {picked.token, picked.logprob};
+    std::vector<colibri_token_logprob> out;
+    out.reserve(alternatives.size());
+    for (const runtime::TokenLogprob &t : alternatives) out.push_back({t.token, t.logprob});
+    return capi::copy_array(out.data(), out.size(), top, capacity, count, "logprobs");
+  });
+}
+
 COLIBRI_API void colibri_request_free(colibri_request *request) {
   capi::guard_void(__func__, [&] {
-    if (!request) return;
-    capi::impl(request)->request->cancel();
-    delete capi::impl(request);
+    if (!request || !capi::claim_for_free(request, capi::HandleKind::Request, "request")) return;
+    capi::RequestHandle *r = capi::impl(request);
+    r->request->cancel();
+    r->request.reset();
+    std::string().swap(r->piece);
+    capi::quarantine(r, [](capi::HandleBase *h) { delete static_cast<capi::RequestHandle *>(h); });
   });
 }
 

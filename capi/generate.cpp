@@ -29,6 +29,41 @@ COLIBRI_CAPI_HANDLE_CASTS(colibri_stream, StreamHandle)
 
 }  // namespace colibri::capi
 
+namespace colibri::capi {
+
+int32_t check_prompt(const int32_t *prompt, size_t prompt_count, uint32_t context_length, const char *fix) {
+  COLIBRI_REQUIRE_ARG(prompt_count > 0, "the prompt is empty: give at least one token");
+  COLIBRI_REQUIRE_ARG(prompt, "prompt must not be NULL");
+  if (prompt_count >= context_length)
+    return fail(COLIBRI_ERROR_CONTEXT_FULL, "the prompt has " + std::to_string(prompt_count) +
+                                                " tokens but the context holds " + std::to_string(context_length) +
+                                                " (one more is needed to generate); shorten the prompt or " + fix);
+  return COLIBRI_OK;
+}
+
+int32_t read_generation_fields(const GenerationFields &in, const char *struct_name, uint64_t default_seed,
+                               bool empty_stop_ok, runtime::SamplerOptions *sampling,
+                               std::vector<int32_t> *eos_token_ids, std::vector<std::string> *stop_strings) {
+  const std::string name = struct_name;
+  COLIBRI_REQUIRE_ARG(in.ignore_eos <= 1, name + ".ignore_eos must be 0 or 1");
+  COLIBRI_REQUIRE_ARG(in.eos_tokens || in.eos_token_count == 0,
+                      name + ".eos_tokens is NULL but eos_token_count is not 0");
+  COLIBRI_REQUIRE_ARG(in.stop_strings || in.stop_string_count == 0,
+                      name + ".stop_strings is NULL but stop_string_count is not 0");
+  if (int32_t s = sampler_options_from_c(in.sampler, default_seed, sampling)) return s;
+  eos_token_ids->assign(in.eos_tokens, in.eos_tokens + in.eos_token_count);
+  stop_strings->clear();
+  for (size_t i = 0; i < in.stop_string_count; ++i) {
+    COLIBRI_REQUIRE_ARG(in.stop_strings[i], name + ".stop_strings[" + std::to_string(i) + "] is NULL");
+    COLIBRI_REQUIRE_ARG(empty_stop_ok || in.stop_strings[i][0],
+                        name + ".stop_strings[" + std::to_string(i) + "] is empty");
+    stop_strings->emplace_back(in.stop_strings[i]);
+  }
+  return COLIBRI_OK;
+}
+
+}  // namespace colibri::capi
+
 using capi::SessionHandle;
 using capi::StreamHandle;
 
@@ -69,34 +104,21 @@ int32_t open_stream(SessionHandle *session, const int32_t *prompt, size_t prompt
   COLIBRI_REQUIRE_ARG(stream_out, "stream_out must not be NULL");
   *stream_out = nullptr;
   if (int32_t s = capi::require_idle(session)) return s;
-  COLIBRI_REQUIRE_ARG(prompt_count > 0, "the prompt is empty: give at least one token");
-  COLIBRI_REQUIRE_ARG(prompt, "prompt must not be NULL");
   colibri_generate_options o = default_generate_options();
   if (int32_t s = capi::read_options(options, &o, kGenerateOptionsAbi1, "colibri_generate_options")) return s;
-  COLIBRI_REQUIRE_ARG(o.ignore_eos <= 1, "colibri_generate_options.ignore_eos must be 0 or 1");
   COLIBRI_REQUIRE_ARG(o.sequence < session->info.max_sequences,
                       "colibri_generate_options.sequence " + std::to_string(o.sequence) + " does not exist: the session has " +
                           std::to_string(session->info.max_sequences));
-  COLIBRI_REQUIRE_ARG(o.eos_tokens || o.eos_token_count == 0, "eos_tokens is NULL but eos_token_count is not 0");
-  COLIBRI_REQUIRE_ARG(o.stop_strings || o.stop_string_count == 0, "stop_strings is NULL but stop_string_count is not 0");
-  if (prompt_count >= session->info.context_length)
-    return capi::fail(COLIBRI_ERROR_CONTEXT_FULL,
-                      "the prompt has " + std::to_string(prompt_count) + " tokens but the context holds " +
-                          std::to_string(session->info.context_length) +
-                          " (one more is needed to generate); shorten the prompt or use a larger context_length");
+  if (int32_t s = capi::check_prompt(prompt, prompt_count, session->info.context_length, "use a larger context_length"))
+    return s;
   const tokenizer::Tokenizer *tok = nullptr;
   if (int32_t s = capi::require_tokenizer(*session->model, &tok)) return s;
 
   runtime::GenerateOptions go;
-  go.max_tokens = o.max_tokens;
-  if (int32_t s = capi::sampler_options_from_c(o.sampler, session->info.seed, &go.sampling)) return s;
-  go.eos_token_ids.assign(o.eos_tokens, o.eos_tokens + o.eos_token_count);
-  go.ignore_eos = o.ignore_eos != 0;
-  for (size_t i = 0; i < o.stop_string_count; ++i) {
-    COLIBRI_REQUIRE_ARG(o.stop_strings[i], "stop string " + std::to_string(i) + " is NULL");
-    COLIBRI_REQUIRE_ARG(o.stop_strings[i][0], "stop string " + std::to_string(i) + " is empty");
-    go.stop_strings.emplace_back(o.stop_strings[i]);
-  }
+  const capi::GenerationFields fields{o.max_tokens,    o.ignore_eos,   o.sampler,          o.eos_tokens,
+                                      o.eos_token_count, o.stop_strings, o.stop_string_count};
+  if (int32_t s = capi::read_generation_fields(fields, "colibri_generate_options", session->info.seed, false, &go))
+    return s;
   go.sequence = o.sequence;
 
   auto stream = std::make_unique<StreamHandle>();
@@ -201,11 +223,8 @@ static_assert(static_cast<uint32_t>(runtime::FinishReason::Length) == COLIBRI_FI
 extern "C" {
 
 COLIBRI_API int32_t colibri_generate_options_init(colibri_generate_options *options, size_t struct_size) {
-  return capi::guard(__func__, [&] {
-    colibri_generate_options defaults = default_generate_options();
-    return capi::init_options(options, struct_size, &defaults, sizeof defaults, kGenerateOptionsAbi1,
-                              "colibri_generate_options");
-  });
+  return capi::options_init(__func__, options, struct_size, default_generate_options, kGenerateOptionsAbi1,
+                            "colibri_generate_options");
 }
 
 COLIBRI_API int32_t colibri_stream_open(colibri_session *session_handle, const int32_t *prompt, size_t prompt_count,

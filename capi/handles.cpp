@@ -17,6 +17,8 @@ const char *kind_name(uint64_t tag) {
     case static_cast<uint64_t>(HandleKind::Session): return "colibri_session";
     case static_cast<uint64_t>(HandleKind::Stream): return "colibri_stream";
     case static_cast<uint64_t>(HandleKind::Sampler): return "colibri_sampler";
+    case static_cast<uint64_t>(HandleKind::Engine): return "colibri_engine";
+    case static_cast<uint64_t>(HandleKind::Request): return "colibri_request";
   }
   return "unknown";
 }
@@ -25,6 +27,19 @@ const char *kind_name(HandleKind kind) { return kind_name(static_cast<uint64_t>(
 
 const char *freed_verb(HandleKind kind) {
   return kind == HandleKind::Model ? "closed" : kind == HandleKind::Stream ? "closed" : "freed";
+}
+
+// The function that frees a handle of `kind`.
+const char *free_function(HandleKind kind) {
+  switch (kind) {
+    case HandleKind::Model: return "colibri_model_close";
+    case HandleKind::Session: return "colibri_session_free";
+    case HandleKind::Stream: return "colibri_stream_close";
+    case HandleKind::Sampler: return "colibri_sampler_free";
+    case HandleKind::Engine: return "colibri_engine_free";
+    case HandleKind::Request: return "colibri_request_free";
+  }
+  return "its free function";
 }
 
 // Why `h` is not a live handle of `kind`: the message for BAD_STATE. Reads the tag only when
@@ -41,9 +56,7 @@ std::string misuse(const void *h, HandleKind kind, const char *name, uint64_t *t
   if (tag == live_tag(kind)) return {};
   if (tag == dead_tag(kind))
     return what + " was already " + freed_verb(kind) + ": a " + kind_name(kind) +
-           " handle must not be used or " + freed_verb(kind) + " again after colibri_" +
-           (kind == HandleKind::Model ? "model_close" : kind == HandleKind::Stream ? "stream_close"
-            : kind == HandleKind::Session ? "session_free" : "sampler_free");
+           " handle must not be used or " + freed_verb(kind) + " again after " + free_function(kind);
   if ((tag & ~uint64_t{0xFF}) == kLiveTagBase || (tag & ~uint64_t{0xFF}) == kDeadTagBase)
     return what + " is a " + kind_name(tag) + " handle" + ((tag & ~uint64_t{0xFF}) == kDeadTagBase ? " (freed)" : "") +
            ", not a " + kind_name(kind);
@@ -112,6 +125,45 @@ void quarantine(HandleBase *handle, void (*destroy)(HandleBase *)) noexcept {
     q.next = (q.next + 1) % q.ring.size();
   }
   if (evicted.handle) evicted.destroy(evicted.handle);
+}
+
+// ---- busy words -----------------------------------------------------------------------------
+
+BusyUse::BusyUse(std::atomic<uintptr_t> &word, const char *noun) noexcept {
+  uintptr_t expected = 0;
+  if (word.compare_exchange_strong(expected, this_thread(), std::memory_order_acquire)) {
+    word_ = &word;
+    return;
+  }
+  try {
+    const std::string n = noun;
+    status_ = fail(COLIBRI_ERROR_BAD_STATE,
+                   expected == kBusyWordFreeing ? "the " + n + " is being freed by another thread"
+                   : expected == this_thread()  ? "the " + n + " is in use by this thread's own call"
+                                                : "the " + n + " is in use by another thread: a " + n +
+                                                     " serves one thread at a time (give each thread its own, or "
+                                                     "serialise the calls)");
+  } catch (...) {
+    status_ = fail(COLIBRI_ERROR_BAD_STATE, "the handle is in use by another call");
+  }
+}
+
+BusyUse::~BusyUse() {
+  if (word_) word_->store(0, std::memory_order_release);
+}
+
+bool claim_busy_for_free(std::atomic<uintptr_t> &word, const char *noun) noexcept {
+  uintptr_t expected = 0;
+  if (word.compare_exchange_strong(expected, kBusyWordFreeing, std::memory_order_acquire)) return true;
+  try {
+    fail(COLIBRI_ERROR_BAD_STATE, std::string("the ") + noun +
+                                      (expected == kBusyWordFreeing ? " is already being freed by another thread"
+                                                                    : " is in use by another thread") +
+                                      "; nothing was freed: free it after that call returns");
+  } catch (...) {
+    fail(COLIBRI_ERROR_BAD_STATE, "the handle is in use by another call; nothing was freed");
+  }
+  return false;
 }
 
 // ---- the session's busy word -------------------------------------------------------------

@@ -98,6 +98,17 @@ int32_t read_options(const T *in, T *out, size_t abi1_size, const char *struct_n
 int32_t init_options(void *out, size_t struct_size, const void *defaults, size_t library_size, size_t abi1_size,
                      const char *struct_name);
 
+// The body of every colibri_*_options_init: init_options with the defaults `make_defaults`
+// returns, under the guard of `function` (its __func__).
+template <class T>
+int32_t options_init(const char *function, T *options, size_t struct_size, T (*make_defaults)(), size_t abi1_size,
+                     const char *struct_name) noexcept {
+  return guard(function, [&] {
+    const T defaults = make_defaults();
+    return init_options(options, struct_size, &defaults, sizeof defaults, abi1_size, struct_name);
+  });
+}
+
 // Writes `full` (a complete struct of this library's size) into a caller output struct whose
 // struct_size the caller set: the fields that fit, zeros beyond what the library knows.
 int32_t write_output(void *out, const void *full, size_t library_size, size_t abi1_size, const char *struct_name);
@@ -110,8 +121,19 @@ int32_t write_output(T *out, const T &full, size_t abi1_size, const char *struct
 // Copies `size` bytes of text plus a NUL into a caller buffer under the buffer rules of
 // colibri.h (NULL/0 = size query). *size_out may be null.
 int32_t copy_text(const std::string &text, char *buffer, size_t capacity, size_t *size_out);
+// The buffer rules for an array of `count` elements (`what` names them in the message):
+// *count_out (may be null) = count; NULL/0 is a size query; a short buffer BUFFER_TOO_SMALL.
+int32_t check_array_buffer(size_t count, const void *buffer, size_t capacity, size_t *count_out, const char *what);
+template <class T>
+int32_t copy_array(const T *items, size_t count, T *buffer, size_t capacity, size_t *count_out, const char *what) {
+  if (int32_t s = check_array_buffer(count, buffer, capacity, count_out, what)) return s;
+  if (buffer && count) std::memcpy(buffer, items, count * sizeof(T));
+  return COLIBRI_OK;
+}
 // The same for an array of token ids.
-int32_t copy_tokens(const int32_t *tokens, size_t count, int32_t *buffer, size_t capacity, size_t *count_out);
+inline int32_t copy_tokens(const int32_t *tokens, size_t count, int32_t *buffer, size_t capacity, size_t *count_out) {
+  return copy_array(tokens, count, buffer, capacity, count_out, "tokens");
+}
 
 // COLIBRI_NUMA_* (+ node) as the engine's policy; DEFAULT and OFF are Off.
 inline util::NumaPolicy numa_policy(uint32_t policy, uint32_t node) {
@@ -133,7 +155,7 @@ inline util::NumaPolicy numa_policy(uint32_t policy, uint32_t node) {
 // handle reads a dead tag in memory that is still the library's (BAD_STATE), never freed
 // memory. Older freed handles, and pointers that were never handles, are read as they are:
 // a wrong tag is BAD_STATE, an unmapped address still faults.
-enum class HandleKind : uint32_t { Model = 1, Session = 2, Stream = 3, Sampler = 4 };
+enum class HandleKind : uint32_t { Model = 1, Session = 2, Stream = 3, Sampler = 4, Engine = 5, Request = 6 };
 
 constexpr uint64_t kLiveTagBase = 0x434F4C4942000000ull;  // "COLIB" + kind
 constexpr uint64_t kDeadTagBase = 0xDEADC0DE00000000ull;  // + kind
@@ -163,6 +185,28 @@ bool claim_for_free(void *h, HandleKind kind, const char *name) noexcept;
 // Keeps a freed (claimed, emptied) handle's shell allocated for a while; `destroy` deletes it.
 void quarantine(HandleBase *handle, void (*destroy)(HandleBase *)) noexcept;
 
+// A busy word for handles used by one thread at a time that have no callbacks (a sampler):
+// the calling thread's token while a call holds it, 0 when idle, kBusyWordFreeing once its
+// free function claimed it. The session has its own (SessionUse: its messages know callbacks).
+constexpr uintptr_t kBusyWordFreeing = 1;
+class BusyUse {
+ public:
+  // Holds `word` for one call on the handle called `noun` ("sampler"); status() is BAD_STATE
+  // (recorded) when another call holds it or it is being freed.
+  BusyUse(std::atomic<uintptr_t> &word, const char *noun) noexcept;
+  ~BusyUse();
+  BusyUse(const BusyUse &) = delete;
+  BusyUse &operator=(const BusyUse &) = delete;
+  int32_t status() const { return status_; }
+
+ private:
+  std::atomic<uintptr_t> *word_ = nullptr;
+  int32_t status_ = COLIBRI_OK;
+};
+// A free function's claim of a busy word (idle → freeing, for good). False, with BAD_STATE
+// recorded ("nothing was freed"), while a call holds it.
+bool claim_busy_for_free(std::atomic<uintptr_t> &word, const char *noun) noexcept;
+
 // ---- handles ------------------------------------------------------------------------------------
 
 // Everything one opened image owns. Shared by the user's model handle and every session on
@@ -189,6 +233,14 @@ void load_tokenizer(ModelState &state);
 
 // The Tokenizer or an UNSUPPORTED failure with the stored reason.
 int32_t require_tokenizer(const ModelState &state, const tokenizer::Tokenizer **out);
+
+// colibri_chat_render's work (tokenizer.cpp): checks the messages and options, renders them
+// with the model's template (or options->template_text) into *out.
+int32_t render_chat(const ModelState &state, const colibri_chat_message *messages, size_t message_count,
+                    const colibri_chat_options *options, std::string *out);
+// Tokenizes rendered chat text as colibri_chat_render's comment says: no ADD_SPECIAL (the
+// template writes its BOS text), PARSE_SPECIAL (its special-token text becomes those tokens).
+int32_t tokenize_chat(const ModelState &state, const std::string &text, std::vector<int32_t> *ids);
 
 }  // namespace colibri::capi
 
@@ -242,6 +294,10 @@ inline int32_t check(const colibri_session *h, const char *name) noexcept {
 inline int32_t check(const colibri_stream *h, const char *name) noexcept { return check_handle(h, HandleKind::Stream, name); }
 inline int32_t check(const colibri_sampler *h, const char *name) noexcept {
   return check_handle(h, HandleKind::Sampler, name);
+}
+inline int32_t check(const colibri_engine *h, const char *name) noexcept { return check_handle(h, HandleKind::Engine, name); }
+inline int32_t check(const colibri_request *h, const char *name) noexcept {
+  return check_handle(h, HandleKind::Request, name);
 }
 
 // Returns from the calling function unless `h` is a live handle of its type (NULL:
@@ -307,4 +363,36 @@ namespace colibri::capi {
 // Reads a caller's sampler options (NULL: defaults) into the engine's, resolving
 // COLIBRI_SEED_FROM_SESSION to session_seed, and validates them. Defined in sampler.cpp.
 int32_t sampler_options_from_c(const colibri_sampler_options *in, uint64_t session_seed, runtime::SamplerOptions *out);
+}  // namespace colibri::capi
+
+namespace colibri::capi {
+// The prompt checks of every generation (colibri_generate, colibri_stream_open,
+// colibri_request_submit, _submit_chat): not empty, not NULL, and shorter than the context
+// (one more position is needed to generate: CONTEXT_FULL, the message ending with `fix`).
+int32_t check_prompt(const int32_t *prompt, size_t prompt_count, uint32_t context_length, const char *fix);
+
+// What colibri_generate_options and colibri_request_options share, as the caller set it.
+struct GenerationFields {
+  uint32_t max_tokens = 0;
+  uint32_t ignore_eos = 0;
+  const colibri_sampler_options *sampler = nullptr;
+  const int32_t *eos_tokens = nullptr;
+  size_t eos_token_count = 0;
+  const char *const *stop_strings = nullptr;
+  size_t stop_string_count = 0;
+};
+// The same, checked (messages name `struct_name`'s fields) and converted. Empty stop strings
+// are refused unless empty_stop_ok (the serving engine ignores them).
+// `Out` is runtime::GenerateOptions or serving::RequestOptions (the fields have one name).
+int32_t read_generation_fields(const GenerationFields &in, const char *struct_name, uint64_t default_seed,
+                               bool empty_stop_ok, runtime::SamplerOptions *sampling,
+                               std::vector<int32_t> *eos_token_ids, std::vector<std::string> *stop_strings);
+template <class Out>
+int32_t read_generation_fields(const GenerationFields &in, const char *struct_name, uint64_t default_seed,
+                               bool empty_stop_ok, Out *out) {
+  out->max_tokens = in.max_tokens;
+  out->ignore_eos = in.ignore_eos != 0;
+  return read_generation_fields(in, struct_name, default_seed, empty_stop_ok, &out->sampling, &out->eos_token_ids,
+                                &out->stop_strings);
+}
 }  // namespace colibri::capi

@@ -181,14 +181,13 @@ int32_t copy_text(const std::string &text, char *buffer, size_t capacity, size_t
   return COLIBRI_OK;
 }
 
-int32_t copy_tokens(const int32_t *tokens, size_t count, int32_t *buffer, size_t capacity, size_t *count_out) {
+int32_t check_array_buffer(size_t count, const void *buffer, size_t capacity, size_t *count_out, const char *what) {
   if (count_out) *count_out = count;
   if (!buffer && capacity == 0) return COLIBRI_OK;
-  COLIBRI_REQUIRE_ARG(buffer, "the token buffer is NULL but its capacity is not 0");
+  COLIBRI_REQUIRE_ARG(buffer, std::string("the ") + what + " buffer is NULL but its capacity is not 0");
   if (capacity < count)
-    return fail(COLIBRI_ERROR_BUFFER_TOO_SMALL,
-                "the result has " + std::to_string(count) + " tokens, the buffer holds " + std::to_string(capacity));
-  if (count) std::memcpy(buffer, tokens, count * sizeof(int32_t));
+    return fail(COLIBRI_ERROR_BUFFER_TOO_SMALL, "the result has " + std::to_string(count) + " " + what +
+                                                    ", the buffer holds " + std::to_string(capacity));
   return COLIBRI_OK;
 }
 

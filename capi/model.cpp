@@ -102,10 +102,7 @@ int32_t to_token_id(int64_t id) { return id >= 0 && id <= INT32_MAX ? static_cas
 extern "C" {
 
 COLIBRI_API int32_t colibri_model_options_init(colibri_model_options *options, size_t struct_size) {
-  return capi::guard(__func__, [&] {
-    colibri_model_options defaults = default_model_options();
-    return capi::init_options(options, struct_size, &defaults, sizeof defaults, kModelOptionsAbi1, "colibri_model_options");
-  });
+  return capi::options_init(__func__, options, struct_size, default_model_options, kModelOptionsAbi1, "colibri_model_options");
 }
 
 COLIBRI_API int32_t colibri_model_open(const char *path, const colibri_model_options *options, colibri_model **model_out) {

@@ -1,5 +1,7 @@
 // capi/sampler.cpp — colibri_sampler_*: the engine's sampler chain (runtime/sampler.h) as a
 // standalone handle, and the options conversion the generation calls share.
+#include <optional>
+
 #include "capi/internal.h"
 #include "runtime/sampler.h"
 
@@ -11,8 +13,25 @@ struct SamplerHandle : HandleBase {
       : HandleBase(HandleKind::Sampler), sampler(std::make_unique<runtime::Sampler>(options, vocab)), vocab_size(vocab) {}
   std::unique_ptr<runtime::Sampler> sampler;  // released by colibri_sampler_free (the shell is quarantined)
   size_t vocab_size;
+  std::atomic<uintptr_t> user{0};  // the busy word (BusyUse): one call at a time
 };
 COLIBRI_CAPI_HANDLE_CASTS(colibri_sampler, SamplerHandle)
+
+// Checks the handle and holds its busy word for the call (BAD_STATE while another thread's
+// call holds it).
+class SamplerUse {
+ public:
+  explicit SamplerUse(colibri_sampler *h) noexcept : status_(check(h, "sampler")) {
+    if (status_) return;
+    use_.emplace(impl(h)->user, "sampler");
+    status_ = use_->status();
+  }
+  int32_t status() const { return status_; }
+
+ private:
+  int32_t status_;
+  std::optional<BusyUse> use_;
+};
 }  // namespace colibri::capi
 
 namespace {
@@ -63,11 +82,7 @@ int32_t sampler_options_from_c(const colibri_sampler_options *in, uint64_t sessi
 extern "C" {
 
 COLIBRI_API int32_t colibri_sampler_options_init(colibri_sampler_options *options, size_t struct_size) {
-  return capi::guard(__func__, [&] {
-    colibri_sampler_options defaults = default_sampler_options();
-    return capi::init_options(options, struct_size, &defaults, sizeof defaults, kSamplerOptionsAbi1,
-                              "colibri_sampler_options");
-  });
+  return capi::options_init(__func__, options, struct_size, default_sampler_options, kSamplerOptionsAbi1, "colibri_sampler_options");
 }
 
 COLIBRI_API int32_t colibri_sampler_create(const colibri_sampler_options *options, size_t vocab_size,
@@ -86,7 +101,10 @@ COLIBRI_API int32_t colibri_sampler_create(const colibri_sampler_options *option
 
 COLIBRI_API void colibri_sampler_free(colibri_sampler *sampler) {
   capi::guard_void(__func__, [&] {
-    if (!sampler || !capi::claim_for_free(sampler, capi::HandleKind::Sampler, "sampler")) return;
+    // Not while a call on it runs (its busy word), and only once (its tag).
+    if (!sampler || capi::check(sampler, "sampler")) return;  // a misuse is recorded in the last error
+    if (!capi::claim_busy_for_free(capi::impl(sampler)->user, "sampler")) return;
+    if (!capi::claim_for_free(sampler, capi::HandleKind::Sampler, "sampler")) return;
     capi::impl(sampler)->sampler.reset();
     capi::quarantine(capi::impl(sampler), [](capi::HandleBase *h) { delete static_cast<capi::SamplerHandle *>(h); });
   });
@@ -94,7 +112,8 @@ COLIBRI_API void colibri_sampler_free(colibri_sampler *sampler) {
 
 COLIBRI_API int32_t colibri_sampler_sample(colibri_sampler *sampler, const float *logits, int32_t *token) {
   return capi::guard(__func__, [&]() -> int32_t {
-    COLIBRI_REQUIRE_HANDLE(sampler, "sampler");
+    capi::SamplerUse use(sampler);
+    if (use.status()) return use.status();
     COLIBRI_REQUIRE_ARG(logits && token, "logits and token must not be NULL");
     // The engine's sampler checks the row in its copy pass: NaN or +inf → NON_FINITE naming
     // the index, every logit -inf → INVALID_ARGUMENT; no id is returned from such a row.
@@ -105,7 +124,8 @@ COLIBRI_API int32_t colibri_sampler_sample(colibri_sampler *sampler, const float
 
 COLIBRI_API int32_t colibri_sampler_accept(colibri_sampler *sampler, int32_t token) {
   return capi::guard(__func__, [&]() -> int32_t {
-    COLIBRI_REQUIRE_HANDLE(sampler, "sampler");
+    capi::SamplerUse use(sampler);
+    if (use.status()) return use.status();
     COLIBRI_REQUIRE_ARG(token >= 0 && static_cast<size_t>(token) < capi::impl(sampler)->vocab_size,
                         "token " + std::to_string(token) + " is outside the vocabulary (0.." +
                             std::to_string(capi::impl(sampler)->vocab_size - 1) + ")");
@@ -116,7 +136,8 @@ COLIBRI_API int32_t colibri_sampler_accept(colibri_sampler *sampler, int32_t tok
 
 COLIBRI_API int32_t colibri_sampler_reset(colibri_sampler *sampler) {
   return capi::guard(__func__, [&]() -> int32_t {
-    COLIBRI_REQUIRE_HANDLE(sampler, "sampler");
+    capi::SamplerUse use(sampler);
+    if (use.status()) return use.status();
     capi::impl(sampler)->sampler->reset();
     return COLIBRI_OK;
   });

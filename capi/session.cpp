@@ -188,11 +188,7 @@ int32_t fail_session(SessionHandle *session, const Error &error) {
 extern "C" {
 
 COLIBRI_API int32_t colibri_session_options_init(colibri_session_options *options, size_t struct_size) {
-  return capi::guard(__func__, [&] {
-    colibri_session_options defaults = default_session_options();
-    return capi::init_options(options, struct_size, &defaults, sizeof defaults, kSessionOptionsAbi1,
-                              "colibri_session_options");
-  });
+  return capi::options_init(__func__, options, struct_size, default_session_options, kSessionOptionsAbi1, "colibri_session_options");
 }
 
 COLIBRI_API int32_t colibri_session_create(colibri_model *model, const colibri_session_options *options,

@@ -53,6 +53,54 @@ int32_t require_tokenizer(const ModelState &state, const tokenizer::Tokenizer **
   return COLIBRI_OK;
 }
 
+int32_t render_chat(const ModelState &state, const colibri_chat_message *messages, size_t message_count,
+                    const colibri_chat_options *options, std::string *out) {
+  COLIBRI_REQUIRE_ARG(messages || message_count == 0, "messages is NULL but message_count is not 0");
+  colibri_chat_options o = default_chat_options();
+  if (int32_t s = read_options(options, &o, kChatOptionsAbi1, "colibri_chat_options")) return s;
+  COLIBRI_REQUIRE_ARG(o.add_generation_prompt <= 1, "colibri_chat_options.add_generation_prompt must be 0 or 1");
+  for (size_t i = 0; i < message_count; ++i)
+    COLIBRI_REQUIRE_ARG(messages[i].role && messages[i].content,
+                        "message " + std::to_string(i) + " has a NULL role or content");
+  COLIBRI_REQUIRE_ARG((o.variable_names && o.variable_values) || o.variable_count == 0,
+                      "colibri_chat_options: variable_names and variable_values must be given with variable_count");
+  std::vector<tokenizer::ChatVariable> variables;
+  for (size_t i = 0; i < o.variable_count; ++i) {
+    COLIBRI_REQUIRE_ARG(o.variable_names[i] && o.variable_values[i],
+                        "colibri_chat_options: variable " + std::to_string(i) + " has a NULL name or value");
+    variables.push_back({o.variable_names[i], o.variable_values[i]});
+  }
+  const tokenizer::ChatTemplate *chat = state.chat_template.get();
+  std::unique_ptr<tokenizer::ChatTemplate> custom;
+  if (o.template_text) {
+    Error error;
+    custom = tokenizer::ChatTemplate::parse(o.template_text, &error);
+    if (!custom) return fail(error);
+    chat = custom.get();
+  } else if (!chat) {
+    return fail(COLIBRI_ERROR_UNSUPPORTED,
+                "the model's chat template cannot be used (plain completion still works): " +
+                    state.chat_template_error.message);
+  }
+  std::vector<tokenizer::ChatMessage> conversation;
+  conversation.reserve(message_count);
+  for (size_t i = 0; i < message_count; ++i) conversation.push_back({messages[i].role, messages[i].content});
+  const model::TokenizerInfo &info = state.model->tokenizer();
+  if (Error e = chat->render(conversation, o.add_generation_prompt != 0, info.bos_token, info.eos_token, variables, out))
+    return fail(e);
+  return COLIBRI_OK;
+}
+
+int32_t tokenize_chat(const ModelState &state, const std::string &text, std::vector<int32_t> *ids) {
+  const tokenizer::Tokenizer *tok = nullptr;
+  if (int32_t s = require_tokenizer(state, &tok)) return s;
+  tokenizer::EncodeOptions eo;
+  eo.add_special_tokens = false;  // the template wrote the BOS text it wants
+  eo.parse_special = true;        // its special-token text becomes the special tokens
+  if (Error e = tok->encode(text, eo, ids)) return fail(e);
+  return COLIBRI_OK;
+}
+
 }  // namespace colibri::capi
 
 extern "C" {
@@ -114,10 +162,7 @@ COLIBRI_API int32_t colibri_token_text(const colibri_model *model, int32_t token
 }
 
 COLIBRI_API int32_t colibri_chat_options_init(colibri_chat_options *options, size_t struct_size) {
-  return capi::guard(__func__, [&] {
-    colibri_chat_options defaults = default_chat_options();
-    return capi::init_options(options, struct_size, &defaults, sizeof defaults, kChatOptionsAbi1, "colibri_chat_options");
-  });
+  return capi::options_init(__func__, options, struct_size, default_chat_options, kChatOptionsAbi1, "colibri_chat_options");
 }
 
 COLIBRI_API int32_t colibri_chat_render(const colibri_model *model, const colibri_chat_message *messages,
@@ -125,41 +170,8 @@ COLIBRI_API int32_t colibri_chat_render(const colibri_model *model, const colibr
                                         size_t capacity, size_t *text_size) {
   return capi::guard(__func__, [&]() -> int32_t {
     COLIBRI_REQUIRE_HANDLE(model, "model");
-    COLIBRI_REQUIRE_ARG(messages || message_count == 0, "messages is NULL but message_count is not 0");
-    colibri_chat_options o = default_chat_options();
-    if (int32_t s = capi::read_options(options, &o, kChatOptionsAbi1, "colibri_chat_options")) return s;
-    COLIBRI_REQUIRE_ARG(o.add_generation_prompt <= 1, "colibri_chat_options.add_generation_prompt must be 0 or 1");
-    for (size_t i = 0; i < message_count; ++i)
-      COLIBRI_REQUIRE_ARG(messages[i].role && messages[i].content,
-                          "message " + std::to_string(i) + " has a NULL role or content");
-    COLIBRI_REQUIRE_ARG((o.variable_names && o.variable_values) || o.variable_count == 0,
-                        "colibri_chat_options: variable_names and variable_values must be given with variable_count");
-    std::vector<tokenizer::ChatVariable> variables;
-    for (size_t i = 0; i < o.variable_count; ++i) {
-      COLIBRI_REQUIRE_ARG(o.variable_names[i] && o.variable_values[i],
-                          "colibri_chat_options: variable " + std::to_string(i) + " has a NULL name or value");
-      variables.push_back({o.variable_names[i], o.variable_values[i]});
-    }
-    const capi::ModelState &state = *capi::impl(model)->state;
-    const tokenizer::ChatTemplate *chat = state.chat_template.get();
-    std::unique_ptr<tokenizer::ChatTemplate> custom;
-    if (o.template_text) {
-      Error error;
-      custom = tokenizer::ChatTemplate::parse(o.template_text, &error);
-      if (!custom) return capi::fail(error);
-      chat = custom.get();
-    } else if (!chat) {
-      return capi::fail(COLIBRI_ERROR_UNSUPPORTED,
-                        "the model's chat template cannot be used (plain completion still works): " +
-                            state.chat_template_error.message);
-    }
-    std::vector<tokenizer::ChatMessage> conversation;
-    conversation.reserve(message_count);
-    for (size_t i = 0; i < message_count; ++i) conversation.push_back({messages[i].role, messages[i].content});
-    const model::TokenizerInfo &info = state.model->tokenizer();
     std::string out;
-    if (Error e = chat->render(conversation, o.add_generation_prompt != 0, info.bos_token, info.eos_token, variables, &out))
-      return capi::fail(e);
+    if (int32_t s = capi::render_chat(*capi::impl(model)->state, messages, message_count, options, &out)) return s;
     return capi::copy_text(out, text, capacity, text_size);
   });
 }

@@ -92,7 +92,9 @@ extern "C" {
   X(int32_t, request_cancel, (colibri_request *request)) \
   X(int32_t, request_get_result, (const colibri_request *request, colibri_request_result *result)) \
   X(int32_t, request_tokens, (const colibri_request *request, int32_t *tokens, size_t capacity, size_t *count)) \
-  X(void, request_free, (colibri_request *request))
+  X(void, request_free, (colibri_request *request)) \
+  X(int32_t, request_submit_chat, (colibri_engine *engine, const colibri_chat_message *messages, size_t message_count, const colibri_chat_options *chat_options, const colibri_request_options *options, colibri_request **request_out)) \
+  X(int32_t, request_logprobs, (const colibri_request *request, size_t token_index, colibri_token_logprob *chosen, colibri_token_logprob *top, size_t capacity, size_t *count))
 
 
 typedef struct colibri_api {

@@ -49,6 +49,11 @@
  *                Addresses below 64 KiB and misaligned ones are refused without a read.
  *              - Not caught: a handle freed by one thread while another thread's call on it
  *                (other than a session's, below) is running; a pointer into unmapped memory.
+ *              - The same holds for engines and requests (colibri_engine_free,
+ *                colibri_request_free) as for models, sessions, streams and samplers.
+ *              - A sampler has a busy word: a call on it while another thread's call runs gets
+ *                BAD_STATE "the sampler is in use by another thread", and colibri_sampler_free
+ *                then frees nothing (BAD_STATE recorded).
  *              - A session has a busy word: while one call runs on it, a call from another
  *                thread gets BAD_STATE "the session is in use by another thread", a call from
  *                inside one of its callbacks (colibri_piece_fn, colibri_expert_fn) gets
@@ -80,8 +85,8 @@
  *
  *  Threads     Stated per function. In short: the library functions are thread-safe; a model
  *              is immutable and may be shared by any number of threads and sessions; a session
- *              (and a stream or sampler) is used by one thread at a time (for sessions and
- *              their streams this is checked: see "Misuse"), and different
+ *              (and a stream or sampler) is used by one thread at a time (for sessions, their
+ *              streams and samplers this is checked: see "Misuse"), and different
  *              sessions of one model run concurrently; callbacks run on the thread that made
  *              the call that invokes them, before that call returns.
  *
@@ -889,11 +894,20 @@ COLIBRI_API int32_t colibri_session_reset_stats(colibri_session *session);
  *  it, on the thread count, on preemption or on prefix hits: they equal colibri_generate's on
  *  a session with the same options (same kernels).
  *
- *  Threads: colibri_request_submit, colibri_request_cancel, colibri_request_get_result,
- *  colibri_request_tokens and colibri_engine_get_stats may be called from any thread at any
- *  time; colibri_request_next by one thread at a time per request. Request handles outlive
- *  their engine: freeing the engine cancels what is unfinished, and the requests can still
- *  be read and must still be freed.
+ *  Threads: colibri_request_submit, colibri_request_submit_chat, colibri_request_cancel,
+ *  colibri_request_get_result, colibri_request_tokens, colibri_request_logprobs and
+ *  colibri_engine_get_stats may be called from any thread at any time; colibri_request_next by
+ *  one thread at a time per request. Request handles outlive their engine: freeing the engine
+ *  cancels what is unfinished, and the requests can still be read and must still be freed.
+ *  Engine and request handles carry tags like every handle (see "Misuse").
+ *
+ *  Output is a pull stream only (colibri_request_next), by design: the scheduler thread runs
+ *  every request's step, so a callback run there would stall all requests for as long as the
+ *  slowest caller's code takes (a blocked socket write, a GC pause) and could call back into
+ *  the engine from its own thread; a callback run on a thread per request would cost a thread
+ *  each. The scheduler only appends pieces to the request's queue and never waits for a
+ *  reader: a caller wanting callbacks runs colibri_request_next on its own thread (the Go and
+ *  Rust bindings give a channel and an iterator this way).
  */
 
 typedef struct colibri_engine colibri_engine;
@@ -976,7 +990,23 @@ typedef struct colibri_request_options {
   size_t stop_string_count;
   uint64_t timeout_ns;        /* the request ends (COLIBRI_FINISH_DEADLINE) this long after
                                  submission, waiting or running. 0 (default): no limit */
+  uint32_t logprobs;          /* 1: record the log-probability of every sampled token
+                                 (colibri_request_logprobs). Default 0. Implied by
+                                 top_logprobs > 0 (an appended field, as is top_logprobs: a
+                                 struct_size without them means 0) */
+  uint32_t top_logprobs;      /* also record the top_logprobs most likely tokens at every
+                                 step. Default 0 (none). Range 0..COLIBRI_MAX_TOP_LOGPROBS */
 } colibri_request_options;
+
+/* The most alternatives colibri_request_options.top_logprobs may ask for (OpenAI's limit). */
+#define COLIBRI_MAX_TOP_LOGPROBS 20
+
+/* A token and its log-probability (natural logarithm, <= 0, finite). This element struct is
+ * frozen (it is used in arrays, so it cannot grow). */
+typedef struct colibri_token_logprob {
+  int32_t token;
+  float logprob;
+} colibri_token_logprob;
 
 /* Fills *options with the defaults (pass sizeof *options). Thread-safe. */
 COLIBRI_API int32_t colibri_request_options_init(colibri_request_options *options, size_t struct_size);
@@ -989,6 +1019,19 @@ COLIBRI_API int32_t colibri_request_options_init(colibri_request_options *option
  * with colibri_engine_free). */
 COLIBRI_API int32_t colibri_request_submit(colibri_engine *engine, const int32_t *prompt, size_t prompt_count,
                                            const colibri_request_options *options, colibri_request **request_out);
+
+/* Queues a chat: messages[0..message_count) rendered with the model's chat template (or
+ * chat_options->template_text; chat_options may be NULL) exactly as colibri_chat_render does,
+ * and tokenized as its comment says (no COLIBRI_TOKENIZE_ADD_SPECIAL, with
+ * COLIBRI_TOKENIZE_PARSE_SPECIAL), then submitted as colibri_request_submit with options.
+ * The next turn (history + the reply + a new message) hits the prefix cache.
+ * Errors: those of colibri_chat_render (UNSUPPORTED: no usable template or tokenizer;
+ * INVALID_ARGUMENT: a NULL role or content, a bad variable, a raise_exception), then those of
+ * colibri_request_submit. Thread-safe (not concurrently with colibri_engine_free). */
+COLIBRI_API int32_t colibri_request_submit_chat(colibri_engine *engine, const colibri_chat_message *messages,
+                                                size_t message_count, const colibri_chat_options *chat_options,
+                                                const colibri_request_options *options,
+                                                colibri_request **request_out);
 
 /* Waits up to timeout_ns for the next piece of text: COLIBRI_OK with *piece (NUL-terminated,
  * complete UTF-8, owned by the request, valid until the next call on it) and *piece_size;
@@ -1025,6 +1068,22 @@ COLIBRI_API int32_t colibri_request_get_result(const colibri_request *request, c
  * Thread-safe. */
 COLIBRI_API int32_t colibri_request_tokens(const colibri_request *request, int32_t *tokens, size_t capacity,
                                            size_t *count);
+
+/* The log-probabilities of generated token token_index (0 = the first; below the count of
+ * colibri_request_tokens) of a request submitted with logprobs or top_logprobs. They are the
+ * model's raw distribution at that step: log_softmax of the logits row in fp32, before the
+ * sampler's penalties, temperature, top-k, top-p and min-p (vLLM's default "raw logprobs";
+ * OpenAI's logprobs field). Greedy decoding picks top[0]; recording them changes no token.
+ *   chosen  (may be NULL) receives the sampled token and its logprob.
+ *   top     receives the top_logprobs most likely tokens, most likely first (equal logprobs:
+ *           the lower id first); *count receives how many there are (top_logprobs, or the
+ *           vocabulary size if smaller; 0 with logprobs alone). Buffer rules above: top NULL
+ *           with capacity 0 is a size query (chosen is still written).
+ * Errors: INVALID_ARGUMENT (token_index not generated yet), BAD_STATE (the request was
+ * submitted without logprobs), BUFFER_TOO_SMALL. Thread-safe, as colibri_request_tokens. */
+COLIBRI_API int32_t colibri_request_logprobs(const colibri_request *request, size_t token_index,
+                                             colibri_token_logprob *chosen, colibri_token_logprob *top,
+                                             size_t capacity, size_t *count);
 
 /* Cancels the request if it is unfinished and frees the handle. NULL is a no-op. Not
  * concurrently with other calls on the request. */

@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -170,6 +171,21 @@ type RequestOptions struct {
 	EOSTokens   []int32         // nil or empty: the model's EOS ids
 	StopStrings []string        // text that ends the output (not part of it)
 	Timeout     time.Duration   // the request ends with FinishDeadline this long after Submit; 0: none
+	// Logprobs records each sampled token's log-probability (Request.Logprobs); TopLogprobs
+	// (0..MaxTopLogprobs) also the most likely tokens of each step, and implies Logprobs.
+	Logprobs    bool
+	TopLogprobs int
+}
+
+// MaxTopLogprobs is the most alternatives RequestOptions.TopLogprobs may ask for.
+const MaxTopLogprobs = C.COLIBRI_MAX_TOP_LOGPROBS
+
+// TokenLogprob is a token and its log-probability (natural log, <= 0) under the model's raw
+// distribution: log_softmax of the logits before the sampler's penalties, temperature and
+// truncation (vLLM's default "raw logprobs", OpenAI's logprobs).
+type TokenLogprob struct {
+	Token   int32
+	Logprob float32
 }
 
 // Request is one submitted generation. Its methods are safe for concurrent use: Cancel,
@@ -205,31 +221,66 @@ func (e *Engine) Submit(prompt string, opts RequestOptions) (*Request, error) {
 
 // SubmitTokens queues a generation from token ids (see Model.Tokenize and Model.ChatRender).
 func (e *Engine) SubmitTokens(prompt []int32, opts RequestOptions) (*Request, error) {
-	g, err := newGenerateArgs("submit", GenerateOptions{MaxTokens: opts.MaxTokens, IgnoreEOS: opts.IgnoreEOS,
+	return e.submit("submit", opts, func(h *C.colibri_engine, r *requestArgs, out **C.colibri_request, message **C.char) C.int32_t {
+		status := C.cgo_request_submit(e.model.lib.api, h, int32Ptr(prompt), C.size_t(len(prompt)), &r.args,
+			int32Ptr(r.g.eos), C.size_t(len(r.g.eos)), r.g.stops.array, C.size_t(r.g.stops.n), out, message)
+		runtime.KeepAlive(prompt)
+		return status
+	})
+}
+
+// SubmitChat renders messages with the model's chat template (chat as for Model.ChatRender),
+// tokenizes them as the template expects (special-token text parsed, nothing added) and queues
+// the generation: the same request as ChatRender + Tokenize(ParseSpecial) + SubmitTokens, in one
+// call. Send the whole history each turn: the cached prefix is not prefilled again.
+func (e *Engine) SubmitChat(messages []ChatMessage, chat ChatOptions, opts RequestOptions) (*Request, error) {
+	c := newChatArgs(messages, chat)
+	defer c.free()
+	return e.submit("submit chat", opts, func(h *C.colibri_engine, r *requestArgs, out **C.colibri_request, message **C.char) C.int32_t {
+		return C.cgo_request_submit_chat(e.model.lib.api, h, c.roles.array, c.contents.array, c.count, c.addPrompt,
+			c.template, c.names.array, c.values.array, C.size_t(c.names.n), &r.args, int32Ptr(r.g.eos),
+			C.size_t(len(r.g.eos)), r.g.stops.array, C.size_t(r.g.stops.n), out, message)
+	})
+}
+
+// requestArgs are RequestOptions in C form: the pointer-free struct and the arrays.
+type requestArgs struct {
+	args C.cgo_request_args
+	g    *generateArgs
+}
+
+// submit checks opts, converts them and runs call (a submit function of the shim) on the engine.
+func (e *Engine) submit(op string, opts RequestOptions, call func(*C.colibri_engine, *requestArgs, **C.colibri_request, **C.char) C.int32_t) (*Request, error) {
+	g, err := newGenerateArgs(op, GenerateOptions{MaxTokens: opts.MaxTokens, IgnoreEOS: opts.IgnoreEOS,
 		Sampler: opts.Sampler, EOSTokens: opts.EOSTokens, StopStrings: opts.StopStrings})
 	if err != nil {
 		return nil, err
 	}
 	defer g.free()
 	if opts.Timeout < 0 {
-		return nil, &Error{Op: "submit", Status: StatusInvalidArgument, Message: "Timeout must not be negative"}
+		return nil, &Error{Op: op, Status: StatusInvalidArgument, Message: "Timeout must not be negative"}
 	}
-	args := C.cgo_request_args{max_tokens: g.args.max_tokens, ignore_eos: g.args.ignore_eos,
-		has_sampler: g.args.has_sampler, has_eos: g.args.has_eos, timeout_ns: C.uint64_t(opts.Timeout), sampler: g.args.sampler}
+	if opts.TopLogprobs < 0 || opts.TopLogprobs > MaxTopLogprobs {
+		return nil, &Error{Op: op, Status: StatusInvalidArgument,
+			Message: fmt.Sprintf("TopLogprobs %d is out of range (0..%d)", opts.TopLogprobs, MaxTopLogprobs)}
+	}
+	r := &requestArgs{g: g, args: C.cgo_request_args{max_tokens: g.args.max_tokens, ignore_eos: g.args.ignore_eos,
+		has_sampler: g.args.has_sampler, has_eos: g.args.has_eos, timeout_ns: C.uint64_t(opts.Timeout), sampler: g.args.sampler,
+		top_logprobs: C.uint32_t(opts.TopLogprobs)}}
+	if opts.Logprobs {
+		r.args.logprobs = 1
+	}
 	var handle *C.colibri_request
 	err = e.use(func(h *C.colibri_engine) error {
 		var message *C.char
-		status := C.cgo_request_submit(e.model.lib.api, h, int32Ptr(prompt), C.size_t(len(prompt)), &args,
-			int32Ptr(g.eos), C.size_t(len(g.eos)), g.stops.array, C.size_t(g.stops.n), &handle, &message)
-		return errorFrom("submit", status, message)
+		return errorFrom(op, call(h, r, &handle, &message), message)
 	})
-	runtime.KeepAlive(prompt)
 	if err != nil {
 		return nil, err
 	}
-	r := &Request{lib: e.model.lib, handle: handle}
-	runtime.SetFinalizer(r, (*Request).Close)
-	return r, nil
+	req := &Request{lib: e.model.lib, handle: handle}
+	runtime.SetFinalizer(req, (*Request).Close)
+	return req, nil
 }
 
 // requestPoll is how long one native wait of Next lasts before ctx is looked at again.
@@ -366,6 +417,31 @@ func (r *Request) Tokens() ([]int32, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// Logprobs returns generated token index's log-probability and the TopLogprobs most likely
+// tokens of that step, most likely first (index counts from 0, below len(Tokens())). A request
+// submitted without Logprobs or TopLogprobs gives an *Error with StatusBadState.
+func (r *Request) Logprobs(index int) (chosen TokenLogprob, top []TokenLogprob, err error) {
+	if index < 0 {
+		return chosen, nil, &Error{Op: "request logprobs", Status: StatusInvalidArgument, Message: "index must not be negative"}
+	}
+	var c C.colibri_token_logprob
+	var buf [MaxTopLogprobs]C.colibri_token_logprob
+	var count C.size_t
+	err = r.use(func(h *C.colibri_request) error {
+		var message *C.char
+		return errorFrom("request logprobs", C.cgo_request_logprobs(r.lib.api, h, C.size_t(index), &c, &buf[0],
+			C.size_t(len(buf)), &count, &message), message)
+	})
+	if err != nil {
+		return chosen, nil, err
+	}
+	top = make([]TokenLogprob, int(count))
+	for i := range top {
+		top[i] = TokenLogprob{Token: int32(buf[i].token), Logprob: float32(buf[i].logprob)}
+	}
+	return TokenLogprob{Token: int32(c.token), Logprob: float32(c.logprob)}, top, nil
 }
 
 // Close cancels the request if it is unfinished and frees it. Closing twice is a no-op. A Next

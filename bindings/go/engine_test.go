@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -188,5 +189,136 @@ func TestEngineCancelBusyTimeoutPrefix(t *testing.T) {
 	}
 	if _, err := e.SubmitTokens(fixture.oracle.InputIDs, long); !errors.Is(err, ErrClosed) {
 		t.Fatalf("closed engine: %v", err)
+	}
+}
+
+// Logprobs: greedy picks the most likely token of each step, the values are log_softmax of
+// the raw logits (a session's, on the same tokens), and recording them changes no token.
+func TestEngineLogprobs(t *testing.T) {
+	m := openModel(t)
+	e := newEngine(t, m, EngineOptions{MaxSequences: 3})
+	prompt := fixture.oracle.InputIDs
+	greedy := GreedySampler()
+	sampled := DefaultSamplerOptions()
+	sampled.Seed = 9
+	sampled.PresencePenalty = 1
+	ctx := context.Background()
+	g, err := e.SubmitTokens(prompt, RequestOptions{MaxTokens: 6, IgnoreEOS: true, Sampler: &greedy, TopLogprobs: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	with, err := e.SubmitTokens(prompt, RequestOptions{MaxTokens: 10, IgnoreEOS: true, Sampler: &sampled, Logprobs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer with.Close()
+	without, err := e.SubmitTokens(prompt, RequestOptions{MaxTokens: 10, IgnoreEOS: true, Sampler: &sampled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer without.Close()
+	for _, r := range []*Request{g, with, without} {
+		if _, err := collect(t, ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gTokens, _ := g.Tokens()
+	withTokens, _ := with.Tokens()
+	withoutTokens, _ := without.Tokens()
+	if fmt.Sprint(withTokens) != fmt.Sprint(withoutTokens) {
+		t.Fatalf("logprobs changed the tokens: %v vs %v", withTokens, withoutTokens)
+	}
+	if fmt.Sprint(gTokens) != fmt.Sprint(fixture.oracle.Greedy[:6]) {
+		t.Fatalf("greedy tokens %v, want %v", gTokens, fixture.oracle.Greedy[:6])
+	}
+	s := newSession(t, m)
+	if err := s.Prefill(0, prompt); err != nil {
+		t.Fatal(err)
+	}
+	for i, tok := range gTokens {
+		logits, err := s.Logits(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		max := float64(logits[0])
+		for _, x := range logits {
+			max = math.Max(max, float64(x))
+		}
+		sum := 0.0
+		for _, x := range logits {
+			sum += math.Exp(float64(x) - max)
+		}
+		chosen, top, err := g.Logprobs(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := float64(logits[tok]) - max - math.Log(sum)
+		if chosen.Token != tok || math.Abs(float64(chosen.Logprob)-want) > 1e-4 {
+			t.Fatalf("token %d: chosen %+v, want token %d logprob %g", i, chosen, tok, want)
+		}
+		if len(top) != 5 || top[0] != chosen {
+			t.Fatalf("token %d: top %+v does not start with the greedy pick %+v", i, top, chosen)
+		}
+		for k := 1; k < len(top); k++ {
+			if top[k].Logprob > top[k-1].Logprob {
+				t.Fatalf("token %d: top not in order: %+v", i, top)
+			}
+		}
+		if err := s.Decode(0, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, top, err := with.Logprobs(0); err != nil || len(top) != 0 {
+		t.Fatalf("Logprobs alone: top %v, err %v", top, err)
+	}
+	if _, _, err := without.Logprobs(0); !errors.Is(err, StatusBadState) {
+		t.Fatalf("a request without logprobs: err %v, want StatusBadState", err)
+	}
+	if _, _, err := g.Logprobs(len(gTokens)); !errors.Is(err, StatusInvalidArgument) {
+		t.Fatalf("an index past the tokens: err %v, want StatusInvalidArgument", err)
+	}
+	if _, err := e.SubmitTokens(prompt, RequestOptions{TopLogprobs: MaxTopLogprobs + 1}); !errors.Is(err, StatusInvalidArgument) {
+		t.Fatalf("TopLogprobs 21: err %v, want StatusInvalidArgument", err)
+	}
+}
+
+// SubmitChat is ChatRender + Tokenize(ParseSpecial) + SubmitTokens in one call; a template
+// error comes back from it.
+func TestEngineSubmitChat(t *testing.T) {
+	m := openModel(t)
+	e := newEngine(t, m, EngineOptions{MaxSequences: 2})
+	messages := []ChatMessage{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "The test is"}}
+	text, err := m.ChatRender(messages, ChatOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := m.Tokenize(text, ParseSpecial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	greedy := GreedySampler()
+	opts := RequestOptions{MaxTokens: 5, IgnoreEOS: true, Sampler: &greedy}
+	byHand, err := e.SubmitTokens(ids, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer byHand.Close()
+	chat, err := e.SubmitChat(messages, ChatOptions{}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer chat.Close()
+	ctx := context.Background()
+	a, errA := collect(t, ctx, byHand)
+	b, errB := collect(t, ctx, chat)
+	if errA != nil || errB != nil || a != b {
+		t.Fatalf("chat %q (%v) differs from rendering by hand %q (%v)", b, errB, a, errA)
+	}
+	if res, _ := chat.Result(); res.PromptTokens != len(ids) {
+		t.Fatalf("prompt tokens %d, want %d", res.PromptTokens, len(ids))
+	}
+	if _, err := e.SubmitChat(messages, ChatOptions{Template: "{{ raise_exception('no chat') }}"}, opts); !errors.Is(err, StatusInvalidArgument) {
+		t.Fatalf("a raising template: %v, want StatusInvalidArgument", err)
 	}
 }

@@ -531,9 +531,15 @@ func (s cStrings) free() {
 	C.free(unsafe.Pointer(s.array))
 }
 
-// ChatRender renders messages with the model's chat template (like transformers'
-// apply_chat_template with tokenize=False). Tokenize the result with ParseSpecial.
-func (m *Model) ChatRender(messages []ChatMessage, opts ChatOptions) (string, error) {
+// chatArgs holds a conversation and its options as C strings (free releases them).
+type chatArgs struct {
+	roles, contents, names, values cStrings
+	template                       *C.char
+	addPrompt                      C.uint32_t
+	count                          C.size_t
+}
+
+func newChatArgs(messages []ChatMessage, opts ChatOptions) *chatArgs {
 	roles := make([]string, len(messages))
 	contents := make([]string, len(messages))
 	for i, msg := range messages {
@@ -544,26 +550,38 @@ func (m *Model) ChatRender(messages []ChatMessage, opts ChatOptions) (string, er
 		names = append(names, k)
 		values = append(values, v)
 	}
-	croles, ccontents, cnames, cvalues := newCStrings(roles), newCStrings(contents), newCStrings(names), newCStrings(values)
-	defer croles.free()
-	defer ccontents.free()
-	defer cnames.free()
-	defer cvalues.free()
-	var tmpl *C.char
+	c := &chatArgs{roles: newCStrings(roles), contents: newCStrings(contents), names: newCStrings(names),
+		values: newCStrings(values), addPrompt: 1, count: C.size_t(len(messages))}
 	if opts.Template != "" {
-		tmpl = C.CString(opts.Template)
-		defer C.free(unsafe.Pointer(tmpl))
+		c.template = C.CString(opts.Template)
 	}
-	addPrompt := C.uint32_t(1)
 	if opts.NoGenerationPrompt {
-		addPrompt = 0
+		c.addPrompt = 0
 	}
+	return c
+}
+
+func (c *chatArgs) free() {
+	c.roles.free()
+	c.contents.free()
+	c.names.free()
+	c.values.free()
+	if c.template != nil {
+		C.free(unsafe.Pointer(c.template))
+	}
+}
+
+// ChatRender renders messages with the model's chat template (like transformers'
+// apply_chat_template with tokenize=False). Tokenize the result with ParseSpecial.
+func (m *Model) ChatRender(messages []ChatMessage, opts ChatOptions) (string, error) {
+	c := newChatArgs(messages, opts)
+	defer c.free()
 	var text string
 	err := m.use(false, func(h *C.colibri_model) error {
 		var err error
 		text, err = textCall("chat render", 256, func(buf *C.char, capacity C.size_t, size *C.size_t, message **C.char) C.int32_t {
-			return C.cgo_chat_render(m.lib.api, h, croles.array, ccontents.array, C.size_t(len(messages)), addPrompt,
-				tmpl, cnames.array, cvalues.array, C.size_t(len(names)), buf, capacity, size, message)
+			return C.cgo_chat_render(m.lib.api, h, c.roles.array, c.contents.array, c.count, c.addPrompt,
+				c.template, c.names.array, c.values.array, C.size_t(c.names.n), buf, capacity, size, message)
 		})
 		return err
 	})

@@ -20,7 +20,8 @@
   X(stream_next) X(stream_get_result) X(stream_tokens) X(stream_close) X(session_moe_layer) \
   X(session_get_stats) X(session_reset_stats) X(engine_options_init) X(engine_create) X(engine_free) \
   X(engine_get_stats) X(request_options_init) X(request_submit) X(request_next) X(request_cancel) \
-  X(request_get_result) X(request_tokens) X(request_free)
+  X(request_get_result) X(request_tokens) X(request_free) X(request_logprobs) \
+  X(request_submit_chat)
 
 struct colibri_go_api {
 #define COLIBRI_GO_FIELD(name) __typeof__(colibri_##name) *name;
@@ -171,31 +172,43 @@ int32_t cgo_token_text(const colibri_go_api *a, const colibri_model *m, int32_t 
                        size_t capacity, size_t *size, char **err) {
   return check(a, a->token_text(m, token, text, capacity, size), err);
 }
+/* The chat options and a malloc'ed message array (free it) from C string arrays. */
+static int32_t chat_prepare(const colibri_go_api *a, char **roles, char **contents, size_t message_count,
+                            uint32_t add_generation_prompt, const char *template_text, char **names, char **values,
+                            size_t variable_count, colibri_chat_options *options, colibri_chat_message **messages,
+                            char **err) {
+  size_t i;
+  int32_t status = a->chat_options_init(options, sizeof *options);
+  *messages = NULL;
+  if (status < 0) return check(a, status, err);
+  options->add_generation_prompt = add_generation_prompt;
+  options->template_text = template_text;
+  options->variable_names = (const char *const *)names;
+  options->variable_values = (const char *const *)values;
+  options->variable_count = variable_count;
+  if (message_count > 0) {
+    *messages = malloc(message_count * sizeof **messages);
+    if (!*messages) {
+      *err = dup_message("out of memory");
+      return COLIBRI_ERROR_OUT_OF_MEMORY;
+    }
+    for (i = 0; i < message_count; ++i) {
+      (*messages)[i].role = roles[i];
+      (*messages)[i].content = contents[i];
+    }
+  }
+  return COLIBRI_OK;
+}
+
 int32_t cgo_chat_render(const colibri_go_api *a, const colibri_model *m, char **roles, char **contents,
                         size_t message_count, uint32_t add_generation_prompt, const char *template_text,
                         char **names, char **values, size_t variable_count, char *text, size_t capacity,
                         size_t *size, char **err) {
   colibri_chat_options options;
-  colibri_chat_message *messages = NULL;
-  size_t i;
-  int32_t status = a->chat_options_init(&options, sizeof options);
-  if (status < 0) return check(a, status, err);
-  options.add_generation_prompt = add_generation_prompt;
-  options.template_text = template_text;
-  options.variable_names = (const char *const *)names;
-  options.variable_values = (const char *const *)values;
-  options.variable_count = variable_count;
-  if (message_count > 0) {
-    messages = malloc(message_count * sizeof *messages);
-    if (!messages) {
-      *err = dup_message("out of memory");
-      return COLIBRI_ERROR_OUT_OF_MEMORY;
-    }
-    for (i = 0; i < message_count; ++i) {
-      messages[i].role = roles[i];
-      messages[i].content = contents[i];
-    }
-  }
+  colibri_chat_message *messages;
+  int32_t status = chat_prepare(a, roles, contents, message_count, add_generation_prompt, template_text, names,
+                                values, variable_count, &options, &messages, err);
+  if (status < 0) return status;
   status = check(a, a->chat_render(m, messages, message_count, &options, text, capacity, size), err);
   free(messages);
   return status;
@@ -326,23 +339,51 @@ int32_t cgo_engine_get_stats(const colibri_go_api *a, const colibri_engine *e, c
   stats->struct_size = sizeof *stats;
   return check(a, a->engine_get_stats(e, stats), err);
 }
+/* colibri_request_options from the pointer-free arguments (the arrays borrowed). */
+static int32_t request_prepare(const colibri_go_api *a, const cgo_request_args *r, const int32_t *eos,
+                               size_t eos_count, char **stops, size_t stop_count, colibri_request_options *options,
+                               char **err) {
+  int32_t status = a->request_options_init(options, sizeof *options);
+  if (status < 0) return check(a, status, err);
+  if (r->max_tokens) options->max_tokens = r->max_tokens;
+  options->ignore_eos = r->ignore_eos;
+  if (r->has_sampler) options->sampler = &r->sampler;
+  if (r->has_eos) {
+    options->eos_tokens = eos;
+    options->eos_token_count = eos_count;
+  }
+  options->stop_strings = (const char *const *)stops;
+  options->stop_string_count = stop_count;
+  options->timeout_ns = r->timeout_ns;
+  options->logprobs = r->logprobs;
+  options->top_logprobs = r->top_logprobs;
+  return COLIBRI_OK;
+}
+
 int32_t cgo_request_submit(const colibri_go_api *a, colibri_engine *e, const int32_t *prompt, size_t prompt_count,
                            const cgo_request_args *r, const int32_t *eos, size_t eos_count, char **stops,
                            size_t stop_count, colibri_request **out, char **err) {
   colibri_request_options options;
-  int32_t status = a->request_options_init(&options, sizeof options);
-  if (status < 0) return check(a, status, err);
-  if (r->max_tokens) options.max_tokens = r->max_tokens;
-  options.ignore_eos = r->ignore_eos;
-  if (r->has_sampler) options.sampler = &r->sampler;
-  if (r->has_eos) {
-    options.eos_tokens = eos;
-    options.eos_token_count = eos_count;
-  }
-  options.stop_strings = (const char *const *)stops;
-  options.stop_string_count = stop_count;
-  options.timeout_ns = r->timeout_ns;
+  int32_t status = request_prepare(a, r, eos, eos_count, stops, stop_count, &options, err);
+  if (status < 0) return status;
   return check(a, a->request_submit(e, prompt, prompt_count, &options, out), err);
+}
+int32_t cgo_request_submit_chat(const colibri_go_api *a, colibri_engine *e, char **roles, char **contents,
+                                size_t message_count, uint32_t add_generation_prompt, const char *template_text,
+                                char **names, char **values, size_t variable_count, const cgo_request_args *r,
+                                const int32_t *eos, size_t eos_count, char **stops, size_t stop_count,
+                                colibri_request **out, char **err) {
+  colibri_request_options options;
+  colibri_chat_options chat;
+  colibri_chat_message *messages;
+  int32_t status = request_prepare(a, r, eos, eos_count, stops, stop_count, &options, err);
+  if (status < 0) return status;
+  status = chat_prepare(a, roles, contents, message_count, add_generation_prompt, template_text, names, values,
+                        variable_count, &chat, &messages, err);
+  if (status < 0) return status;
+  status = check(a, a->request_submit_chat(e, messages, message_count, &chat, &options, out), err);
+  free(messages);
+  return status;
 }
 int32_t cgo_request_next(const colibri_go_api *a, colibri_request *r, int64_t timeout_ns, const char **piece,
                          size_t *size, char **err) {
@@ -359,5 +400,10 @@ int32_t cgo_request_get_result(const colibri_go_api *a, const colibri_request *r
 int32_t cgo_request_tokens(const colibri_go_api *a, const colibri_request *r, int32_t *tokens, size_t capacity,
                            size_t *count, char **err) {
   return check(a, a->request_tokens(r, tokens, capacity, count), err);
+}
+int32_t cgo_request_logprobs(const colibri_go_api *a, const colibri_request *r, size_t index,
+                             colibri_token_logprob *chosen, colibri_token_logprob *top, size_t capacity,
+                             size_t *count, char **err) {
+  return check(a, a->request_logprobs(r, index, chosen, top, capacity, count), err);
 }
 void cgo_request_free(const colibri_go_api *a, colibri_request *r) { a->request_free(r); }

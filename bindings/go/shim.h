@@ -127,11 +127,19 @@ typedef struct cgo_request_args {
   uint32_t has_sampler; /* 0: the library's sampler defaults */
   uint32_t has_eos;     /* 0: the model's EOS ids */
   uint64_t timeout_ns;
+  uint32_t logprobs;     /* colibri_request_options.logprobs */
+  uint32_t top_logprobs; /* colibri_request_options.top_logprobs */
   colibri_sampler_options sampler;
 } cgo_request_args;
 int32_t cgo_request_submit(const colibri_go_api *a, colibri_engine *e, const int32_t *prompt, size_t prompt_count,
                            const cgo_request_args *r, const int32_t *eos, size_t eos_count, char **stops,
                            size_t stop_count, colibri_request **out, char **err);
+/* colibri_request_submit_chat: the messages and chat options as for cgo_chat_render. */
+int32_t cgo_request_submit_chat(const colibri_go_api *a, colibri_engine *e, char **roles, char **contents,
+                                size_t message_count, uint32_t add_generation_prompt, const char *template_text,
+                                char **names, char **values, size_t variable_count, const cgo_request_args *r,
+                                const int32_t *eos, size_t eos_count, char **stops, size_t stop_count,
+                                colibri_request **out, char **err);
 int32_t cgo_request_next(const colibri_go_api *a, colibri_request *r, int64_t timeout_ns, const char **piece,
                          size_t *size, char **err);
 int32_t cgo_request_cancel(const colibri_go_api *a, colibri_request *r, char **err);
@@ -139,6 +147,9 @@ int32_t cgo_request_get_result(const colibri_go_api *a, const colibri_request *r
                                char **err);
 int32_t cgo_request_tokens(const colibri_go_api *a, const colibri_request *r, int32_t *tokens, size_t capacity,
                            size_t *count, char **err);
+int32_t cgo_request_logprobs(const colibri_go_api *a, const colibri_request *r, size_t index,
+                             colibri_token_logprob *chosen, colibri_token_logprob *top, size_t capacity,
+                             size_t *count, char **err);
 void cgo_request_free(const colibri_go_api *a, colibri_request *r);
 
 #endif /* COLIBRI_GO_SHIM_H */

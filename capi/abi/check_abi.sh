@@ -10,7 +10,8 @@
 #   check_abi.sh constants  HEADER CONSTANTS_TXT   every #define COLIBRI_* value == the committed list
 #   check_abi.sh layout     HEADER LAYOUT_TXT      every public struct field's offset, size and type
 #                                                  == the committed list; only appended fields are
-#                                                  compatible (colibri_chat_message is frozen)
+#                                                  compatible (colibri_chat_message and
+#                                                  colibri_token_logprob are frozen)
 #   check_abi.sh header     HEADER                 the header alone compiles as C99/C11/C++11/C++20
 #                                                  with -Wall -Wextra -Wpedantic -Werror, and
 #                                                  includes only <stddef.h> and <stdint.h>
@@ -242,7 +243,7 @@ layout_values() {
 }
 
 # Structs whose size is a stride in arrays: they can never grow.
-frozen_structs=" colibri_chat_message "
+frozen_structs=" colibri_chat_message colibri_token_logprob "
 
 check_layout() {
   local header=$1 list=$2 incompatible=0 additions=0

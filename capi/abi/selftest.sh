@@ -117,6 +117,8 @@ variant l-signed 's/^  uint32_t max_tokens; /  int32_t max_tokens; /'
 expect fail "layout: a field's type changed at the same size (uint32_t -> int32_t)" -- bash "$check" layout "$work/l-signed/colibri.h" "$work/layout.txt"
 variant l-chat 's/^} colibri_chat_message;/  const char *name;\n} colibri_chat_message;/'
 expect fail "layout: a field appended to the frozen colibri_chat_message" -- bash "$check" layout "$work/l-chat/colibri.h" "$work/layout.txt"
+variant l-logprob 's/^} colibri_token_logprob;/  uint32_t rank;\n} colibri_token_logprob;/'
+expect fail "layout: a field appended to the frozen colibri_token_logprob" -- bash "$check" layout "$work/l-logprob/colibri.h" "$work/layout.txt"
 variant l-removed '/^  uint64_t expert_activations; /d'
 expect fail "layout: the last field of colibri_stats removed" -- bash "$check" layout "$work/l-removed/colibri.h" "$work/layout.txt"
 

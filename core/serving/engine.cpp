@@ -85,6 +85,17 @@ std::vector<int32_t> Request::generated_tokens() const {
   return generated_;
 }
 
+bool Request::logprobs(size_t index, runtime::TokenLogprob *chosen, std::vector<runtime::TokenLogprob> *top,
+                       bool *records) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  *records = records_logprobs_;
+  if (!records_logprobs_ || index >= chosen_.size()) return false;
+  *chosen = chosen_[index];
+  top->assign(top_.begin() + static_cast<std::ptrdiff_t>(index * top_count_),
+              top_.begin() + static_cast<std::ptrdiff_t>((index + 1) * top_count_));
+  return true;
+}
+
 // ---- Engine ----------------------------------------------------------------------------------
 
 Engine::Engine(const model::Model &model, const tokenizer::Tokenizer &tokenizer, const EngineOptions &options)
@@ -161,6 +172,9 @@ Error Engine::submit(const std::vector<int32_t> &prompt, const RequestOptions &o
       return make_error(ErrorKind::InvalidArgument, strprintf("prompt token %zu: id %d is outside the vocabulary (0..%llu)",
                                                               i, prompt[i], static_cast<unsigned long long>(vocab - 1)));
   if (Error e = options.sampling.validate()) return e;
+  if (options.top_logprobs > runtime::kMaxTopLogprobs)
+    return make_error(ErrorKind::InvalidArgument, strprintf("top_logprobs %u is out of range (0..%u)",
+                                                            options.top_logprobs, runtime::kMaxTopLogprobs));
   if (prompt.size() >= options_.context_length)
     return make_error(ErrorKind::InvalidArgument,
                       strprintf("the prompt has %zu tokens but the context holds %u (one more is needed to generate); "
@@ -181,6 +195,8 @@ Error Engine::submit(const std::vector<int32_t> &prompt, const RequestOptions &o
   for (int32_t t : prompt) seq->sampler.accept(t);
   seq->request = std::make_shared<Request>();
   seq->request->result_.prompt_tokens = prompt.size();
+  seq->request->records_logprobs_ = options.logprobs || options.top_logprobs > 0;
+  seq->request->top_count_ = std::min<size_t>(options.top_logprobs, vocab);
   seq->submitted = Clock::now();
   std::shared_ptr<Request> request = seq->request;
   if (options.max_tokens == 0) {  // nothing to generate: done at once
@@ -319,7 +335,8 @@ bool Engine::check_ended(Sequence &seq, Clock::time_point now) {
 }
 
 // The text of one sampled token: EOS, stop strings, max_tokens, the context.
-void Engine::on_token(Sequence &seq, int32_t token) {
+// `logits` is the row the token was sampled from (its logprobs, when the request records them).
+void Engine::on_token(Sequence &seq, int32_t token, const float *logits) {
   if (seq.generated() == 0) {
     seq.first_token = Clock::now();
     std::lock_guard<std::mutex> lock(seq.request->mu_);
@@ -328,8 +345,19 @@ void Engine::on_token(Sequence &seq, int32_t token) {
   seq.sampler.accept(token);
   seq.tokens.push_back(token);
   {
-    std::lock_guard<std::mutex> lock(seq.request->mu_);
-    seq.request->generated_.push_back(token);
+    Request &r = *seq.request;
+    runtime::TokenLogprob chosen, top[runtime::kMaxTopLogprobs];
+    // Computed outside the lock (a pass over the row); published with the token, so that a
+    // reader never sees a token without its logprobs.
+    if (r.records_logprobs_)
+      runtime::compute_logprobs(logits, model_.config().vocab_size, token, static_cast<uint32_t>(r.top_count_),
+                                &chosen, top);
+    std::lock_guard<std::mutex> lock(r.mu_);
+    r.generated_.push_back(token);
+    if (r.records_logprobs_) {
+      r.chosen_.push_back(chosen);
+      r.top_.insert(r.top_.end(), top, top + r.top_count_);
+    }
   }
   const bool text = seq.options.text;
   // At an end, the text held back (incomplete bytes, a stop-string prefix) is released.
@@ -521,7 +549,7 @@ void Engine::step() {
         release_slot(seq);
         continue;
       }
-      on_token(seq, token);
+      on_token(seq, token, session_->logits(row));
       if (seq.request->finished()) release_slot(seq);
       else if (options_.prefix_cache) session_->commit_prefix(seq.slot, seq.tokens.data(), seq.computed);
     }

@@ -40,6 +40,7 @@
 
 #include "model/model.h"
 #include "runtime/generation.h"
+#include "runtime/logprobs.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "tokenizer/tokenizer.h"
@@ -73,6 +74,11 @@ struct RequestOptions {
   // false: tokens only (generated_tokens), no text pieces and no stop strings — for callers
   // that detokenize themselves, and benchmark models whose tokenizer does not cover the vocabulary.
   bool text = true;
+  // Record each sampled token's logprob and the top_logprobs most likely tokens of its step
+  // (runtime/logprobs.h: the raw distribution, before the sampler). top_logprobs > 0 implies
+  // logprobs; at most runtime::kMaxTopLogprobs.
+  bool logprobs = false;
+  uint32_t top_logprobs = 0;
 };
 
 struct RequestResult {
@@ -122,6 +128,11 @@ class Request {
   bool finished() const;
   RequestResult result() const;
   std::vector<int32_t> generated_tokens() const;
+  // The logprobs recorded for generated token `index`: *chosen and top (resized to the
+  // options' top_logprobs, or the vocabulary if smaller). False when the token is not
+  // generated yet; *records false when the request records no logprobs.
+  bool logprobs(size_t index, runtime::TokenLogprob *chosen, std::vector<runtime::TokenLogprob> *top,
+                bool *records) const;
 
  private:
   friend class Engine;
@@ -129,6 +140,10 @@ class Request {
   std::condition_variable cv_;
   std::deque<std::string> pieces_;
   std::vector<int32_t> generated_;  // a copy for callers (the engine keeps its own)
+  bool records_logprobs_ = false;
+  size_t top_count_ = 0;                          // alternatives per token
+  std::vector<runtime::TokenLogprob> chosen_;     // per generated token (when recorded)
+  std::vector<runtime::TokenLogprob> top_;        // top_count_ per generated token
   RequestResult result_;
   bool finished_ = false;
   std::atomic<bool> cancel_{false};
@@ -160,7 +175,7 @@ class Engine {
   bool admit(Sequence &seq, uint32_t slot);
   void preempt(Sequence &seq);
   void finish(Sequence &seq, runtime::FinishReason reason, Error error = {});
-  void on_token(Sequence &seq, int32_t token);
+  void on_token(Sequence &seq, int32_t token, const float *logits);
   void publish(Sequence &seq, std::string piece);
   void release_slot(Sequence &seq);
   bool check_ended(Sequence &seq, Clock::time_point now);

@@ -13,39 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "colibri.h"
+#include "capi_check.h"
 
-static int g_failures = 0;
-static int g_checks = 0;
-
-#define CHECK(cond)                                                                  \
-  do {                                                                               \
-    ++g_checks;                                                                      \
-    if (!(cond)) {                                                                   \
-      ++g_failures;                                                                  \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);       \
-    }                                                                                \
-  } while (0)
-
-/* Checks a status, printing the last error when it is not the expected one. */
-#define CHECK_STATUS(expr, expected)                                                                    \
-  do {                                                                                                  \
-    int32_t status_ = (expr);                                                                           \
-    ++g_checks;                                                                                         \
-    if (status_ != (expected)) {                                                                        \
-      char message_[1024];                                                                              \
-      colibri_last_error(message_, sizeof message_, NULL);                                              \
-      ++g_failures;                                                                                     \
-      fprintf(stderr, "%s:%d: %s returned %d (%s), expected %d: %s\n", __FILE__, __LINE__, #expr, status_, \
-              colibri_status_string(status_), (int)(expected), message_);                              \
-    }                                                                                                   \
-  } while (0)
-#define CHECK_OK(expr) CHECK_STATUS(expr, COLIBRI_OK)
-
-static const int32_t kInputIds[] = {ORACLE_INPUT_IDS};
-static const int32_t kGreedy[] = {ORACLE_GREEDY_TOKENS};
-#define INPUT_COUNT (sizeof kInputIds / sizeof kInputIds[0])
-#define GREEDY_COUNT (sizeof kGreedy / sizeof kGreedy[0])
 
 static const char *g_image_path;
 
@@ -927,15 +896,6 @@ static void test_non_finite_generation(const char *dir) {
  * wrong type and garbage pointers are BAD_STATE with a message, never a crash; a callback that
  * calls back into its own session is told so; a callback's failed call does not outlive the
  * outer call that succeeds (colibri_last_error is cleared by it). */
-static int last_error_has(int32_t status, const char *text) {
-  char message[1024];
-  int32_t got = colibri_last_error(message, sizeof message, NULL);
-  if (got != status || strstr(message, text) == NULL) {
-    fprintf(stderr, "  last error %d '%s', expected %d containing '%s'\n", got, message, status, text);
-    return 0;
-  }
-  return 1;
-}
 
 struct reentry {
   colibri_session *session;
@@ -1052,6 +1012,56 @@ static void test_misuse(const char *tmpdir) {
   colibri_sampler_free((colibri_sampler *)garbage.bytes);
   CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "not a live colibri_sampler"));
   CHECK_STATUS(colibri_session_sequence_length(NULL, 0, &length), COLIBRI_ERROR_INVALID_ARGUMENT);
+
+  /* Engines and requests (issue 18): double free, use after free, wrong type, garbage. */
+  {
+    colibri_engine_options eo;
+    colibri_engine *engine = NULL;
+    colibri_request *request = NULL;
+    colibri_request_result rr;
+    colibri_engine_stats st;
+    int32_t ids[4];
+    size_t count = 0;
+    CHECK_OK(colibri_engine_options_init(&eo, sizeof eo));
+    eo.max_sequences = 1;
+    eo.context_length = 32;
+    eo.step_tokens = 8;
+    CHECK_OK(colibri_engine_create(model, &eo, &engine));
+    CHECK_OK(colibri_request_submit(engine, prompt, 3, NULL, &request));
+    rr.struct_size = sizeof rr;
+    st.struct_size = sizeof st;
+    CHECK_STATUS(colibri_request_get_result((colibri_request *)engine, &rr), COLIBRI_ERROR_BAD_STATE);
+    CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "is a colibri_engine handle, not a colibri_request"));
+    CHECK_STATUS(colibri_engine_get_stats((colibri_engine *)session, &st), COLIBRI_ERROR_BAD_STATE);
+    CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "is a colibri_session handle, not a colibri_engine"));
+    CHECK_STATUS(colibri_request_submit((colibri_engine *)request, prompt, 3, NULL, &request), COLIBRI_ERROR_BAD_STATE);
+    CHECK(request == NULL); /* out parameter cleared on failure */
+    CHECK_OK(colibri_request_submit(engine, prompt, 3, NULL, &request));
+    colibri_request_free(request);
+    CHECK(last_error_has(COLIBRI_OK, ""));
+    colibri_request_free(request);
+    CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "was already freed"));
+    CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "colibri_request_free"));
+    CHECK_STATUS(colibri_request_cancel(request), COLIBRI_ERROR_BAD_STATE);
+    CHECK_STATUS(colibri_request_next(request, 0, &piece, &count), COLIBRI_ERROR_BAD_STATE);
+    CHECK_STATUS(colibri_request_tokens(request, ids, 4, &count), COLIBRI_ERROR_BAD_STATE);
+    CHECK_STATUS(colibri_request_get_result(request, &rr), COLIBRI_ERROR_BAD_STATE);
+    colibri_engine_free(engine); /* frees: leaves the last error as it was */
+    colibri_engine_free(engine);
+    CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "after colibri_engine_free; nothing was freed"));
+    CHECK_STATUS(colibri_engine_get_stats(engine, &st), COLIBRI_ERROR_BAD_STATE);
+    CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "already freed"));
+    CHECK_STATUS(colibri_request_submit(engine, prompt, 3, NULL, &request), COLIBRI_ERROR_BAD_STATE);
+    CHECK_STATUS(colibri_request_submit_chat(engine, NULL, 0, NULL, NULL, &request), COLIBRI_ERROR_BAD_STATE);
+    colibri_engine_free((colibri_engine *)garbage.bytes);
+    CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "not a live colibri_engine"));
+    colibri_request_free((colibri_request *)garbage.bytes);
+    CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "not a live colibri_request"));
+    colibri_request_free((colibri_request *)(size_t)16);
+    CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "no handle lies at that address"));
+    CHECK_STATUS(colibri_request_cancel((colibri_request *)(garbage.bytes + 3)), COLIBRI_ERROR_BAD_STATE);
+    CHECK_STATUS(colibri_engine_get_stats(NULL, &st), COLIBRI_ERROR_INVALID_ARGUMENT);
+  }
 
   /* A piece callback that calls back into its own session: told so; generation goes on. */
   {
@@ -1306,6 +1316,5 @@ int main(int argc, char **argv) {
   test_non_finite_generation(tmpdir);
   test_misuse(tmpdir);
   test_logging();
-  printf("test_capi: %d checks, %d failures\n", g_checks, g_failures);
-  return g_failures == 0 ? 0 : 1;
+  return check_summary("test_capi");
 }

@@ -2,7 +2,8 @@
 // second thread's calls are refused with BAD_STATE "in use by another thread" while the first
 // thread's call runs, a free from the second thread is refused, and a storm of calls from
 // four threads on one session gives only OK, BAD_STATE or CONTEXT_FULL, never a crash or an
-// abort in the engine. Linked against libcolibri.so and colibri.h only.
+// abort in the engine. The same for a sampler shared by four threads (its busy word). Linked
+// against libcolibri.so and colibri.h only.
 //
 // Usage: test_session_threads IMAGE
 #include <atomic>
@@ -149,6 +150,50 @@ void storm(colibri_model *model) {
   colibri_session_free(session);
 }
 
+// Four threads sample from one sampler (its busy word, issue 18): every call is OK or
+// BAD_STATE "in use by another thread", never a crash or a torn state. A large vocabulary
+// makes each call long enough for the threads to meet.
+void sampler_storm() {
+  constexpr size_t kVocab = 1u << 20;
+  constexpr int kThreads = 4, kCalls = 40;
+  std::vector<float> logits(kVocab);
+  for (size_t i = 0; i < kVocab; ++i) logits[i] = static_cast<float>((i * 2654435761u) % 1000) / 100.0f;
+  colibri_sampler_options so;
+  colibri_sampler_options_init(&so, sizeof so);
+  so.top_k = 0;
+  so.seed = 3;
+  colibri_sampler *sampler = nullptr;
+  EXPECT(colibri_sampler_create(&so, kVocab, &sampler) == COLIBRI_OK);
+  if (!sampler) return;
+  std::atomic<int> ok{0}, busy{0}, other{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kCalls; ++i) {
+        int32_t token = -1;
+        const int32_t s = (i + t) % 4 == 3 ? colibri_sampler_accept(sampler, 7) : colibri_sampler_sample(sampler, logits.data(), &token);
+        if (s == COLIBRI_OK) {
+          ++ok;
+        } else if (s == COLIBRI_ERROR_BAD_STATE && last_error().find("the sampler is in use by another thread") != std::string::npos) {
+          ++busy;
+        } else {
+          std::fprintf(stderr, "sampler thread %d call %d: status %d: %s\n", t, i, s, last_error().c_str());
+          ++other;
+        }
+      }
+    });
+  for (std::thread &th : threads) th.join();
+  std::printf("sampler storm: %d ok, %d refused as in use\n", ok.load(), busy.load());
+  EXPECT(other.load() == 0);
+  EXPECT(ok.load() > 0);
+  EXPECT(busy.load() > 0);
+  int32_t token = -1;
+  EXPECT(colibri_sampler_sample(sampler, logits.data(), &token) == COLIBRI_OK);
+  colibri_sampler_free(sampler);
+  EXPECT(colibri_sampler_sample(sampler, logits.data(), &token) == COLIBRI_ERROR_BAD_STATE);
+  EXPECT(last_error().find("already freed") != std::string::npos);
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -163,6 +208,7 @@ int main(int argc, char **argv) {
   }
   second_thread_is_refused(model);
   storm(model);
+  sampler_storm();
   colibri_model_close(model);
   std::printf("test_session_threads: %d failures\n", g_failures);
   return g_failures == 0 ? 0 : 1;

@@ -14,6 +14,7 @@
 #include "image/reader.h"
 #include "util/strings.h"
 #include "support/fifo_guard.h"
+#include "support/in_child.h"
 #include "support/synthetic_image.h"
 
 using namespace colibri;
@@ -67,27 +68,12 @@ TEST_CASE("permission denied: names errno and the fix", "[diagnostics]") {
   REQUIRE_FALSE(testing::write_synthetic_image(path, {}));
   chmod(path.c_str(), 0);
   // root ignores permission bits, so the open runs in a child that drops to 'nobody'.
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    close(fds[0]);
-    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) _exit(3);
+  const std::string message = testing::in_child([&] {
+    if (!testing::drop_root_privileges()) return std::string("(could not drop to nobody)");
     Error err;
     auto img = image::Image::open(path, {}, &err);
-    ssize_t w = write(fds[1], err.message.data(), err.message.size());
-    _exit(img ? 1 : (w < 0 ? 2 : 0));
-  }
-  close(fds[1]);
-  std::string message;
-  char buf[512];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) message.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
+    return img ? std::string("(opened)") : err.message;
+  });
   CHECK_THAT(message, Contains("Permission denied") && Contains("permissions"));
 }
 
@@ -271,31 +257,6 @@ TEST_CASE("a FIFO given as the image is refused at once, not waited on", "[diagn
 
 namespace {
 
-// Runs `fn` in a forked child (for process-wide limits: setrlimit, setuid) and returns the
-// string it produced; the child's exit status must be 0.
-std::string in_child(const std::function<std::string()> &fn) {
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    close(fds[0]);
-    std::string out = fn();
-    ssize_t w = write(fds[1], out.data(), out.size());
-    _exit(w < 0 ? 2 : 0);
-  }
-  close(fds[1]);
-  std::string message;
-  char buf[1024];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) message.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
-  return message;
-}
-
 std::vector<unsigned char> utf16(const std::string &ascii, bool little_endian, bool bom) {
   std::vector<unsigned char> b;
   if (bom) {
@@ -365,7 +326,7 @@ TEST_CASE("mmap refused by the address-space limit names ulimit -v and its value
     testing::write_file(path, head);
     REQUIRE(::truncate(path.c_str(), static_cast<off_t>(uint64_t{8} << 30)) == 0);
   }
-  std::string message = in_child([&] {
+  std::string message = testing::in_child([&] {
     // The current address space plus 256 MiB: the 8 GiB mapping cannot fit.
     long pages = 0;
     if (FILE *f = std::fopen("/proc/self/statm", "r")) {
@@ -420,12 +381,12 @@ TEST_CASE("header fields found wrong before the checksum name the field and the 
 TEST_CASE("checksums are checked when the OS refuses threads (a thread limit)", "[diagnostics]") {
   std::string path = testing::temp_dir("diag-nproc") + "/m.colibri";
   REQUIRE_FALSE(testing::write_synthetic_image(path, {}));
-  std::string message = in_child([&] {
+  std::string message = testing::in_child([&] {
     Error err;
     auto img = image::Image::open(path, {}, &err);
     if (!img) return "open: " + err.message;
     // RLIMIT_NPROC counts the user's processes and threads; root is exempt, so drop to nobody.
-    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) return std::string("setuid failed");
+    if (!testing::drop_root_privileges()) return std::string("setuid failed");
     struct rlimit rl = {1, 1};
     if (setrlimit(RLIMIT_NPROC, &rl) != 0) return std::string("setrlimit failed");
     Error v = img->verify_all(8);  // 7 threads refused: the caller checks every tensor alone

@@ -16,6 +16,7 @@
 #include "runtime/oracle_support.h"
 #include "runtime/router.h"
 #include "runtime/row_split.h"
+#include "support/in_child.h"
 #include "support/synthetic_model.h"
 
 using namespace colibri;
@@ -490,37 +491,18 @@ TEST_CASE("matmul task cuts: equal bytes, every row exactly once, in order", "[e
 // be created with resource exhaustion naming the limit, not "internal error".
 TEST_CASE("a session under a thread limit: resource exhaustion, naming the limit", "[engine]") {
   auto m = fixture_model("mixtral_gqa");
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  const pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    close(fds[0]);
-    std::string out;
+  const std::string message = testing::in_child([&] {
     struct rlimit rl = {1, 1};  // RLIMIT_NPROC: no thread beyond this process; root is exempt
-    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) out = "setuid failed";
-    else if (setrlimit(RLIMIT_NPROC, &rl) != 0) out = "setrlimit failed";
-    else {
-      runtime::SessionOptions so;
-      so.context_length = 64;
-      so.threads = 4;
-      Error err;
-      auto s = runtime::Session::create(*m, so, &err);
-      out = s ? std::string("created") : std::string(error_kind_name(err.kind)) + ": " + err.message;
-    }
-    const ssize_t w = write(fds[1], out.data(), out.size());
-    _exit(w < 0 ? 2 : 0);
-  }
-  close(fds[1]);
-  std::string message;
-  char buf[1024];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) message.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
+    if (!testing::drop_root_privileges()) return std::string("setuid failed");
+    if (setrlimit(RLIMIT_NPROC, &rl) != 0) return std::string("setrlimit failed");
+    runtime::SessionOptions so;
+    so.context_length = 64;
+    so.threads = 4;
+    Error err;
+    auto s = runtime::Session::create(*m, so, &err);
+    return s ? std::string("created") : std::string(error_kind_name(err.kind)) + ": " + err.message;
+  });
   INFO(message);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
   CHECK_THAT(message, Catch::StartsWith("out of memory or threads: resource exhaustion") &&
                           Catch::Contains("thread 2 of 4 for the session's thread pool") &&
                           Catch::Contains("ulimit -u, here 1") && !Catch::Contains("internal error"));

@@ -4,6 +4,7 @@
 // budget, prefix-cache hits); cancellation (queued, prefilling, decoding), deadlines, the
 // bounded queue (Busy), limits refused at submit, and many submitting threads at once.
 #include <catch2/catch.hpp>
+#include <cmath>
 
 #include <atomic>
 #include <fstream>
@@ -176,6 +177,8 @@ TEST_CASE("engine: a small KV budget preempts and recomputes, with the same resu
     opts.push_back(request_options(7 + i, 60));
     opts.back().ignore_eos = true;
     want.push_back(reference(prompts.back(), opts.back()));
+    opts.back().top_logprobs = i % 2 ? 3 : 0;  // recorded once per token, recomputation or not
+    opts.back().logprobs = true;
   }
   serving::EngineOptions o = engine_options(4);
   // 4 sequences of up to ~70 tokens need 4 x 5 blocks; give 9.
@@ -184,7 +187,21 @@ TEST_CASE("engine: a small KV budget preempts and recomputes, with the same resu
   auto engine = make_engine(o);
   std::vector<std::shared_ptr<serving::Request>> requests(4);
   for (size_t i = 0; i < 4; ++i) REQUIRE(engine->submit(prompts[i], opts[i], &requests[i]).ok());
-  for (size_t i = 0; i < 4; ++i) CHECK(drain(*requests[i]).tokens == want[i].tokens);
+  for (size_t i = 0; i < 4; ++i) {
+    const Output got = drain(*requests[i]);
+    CHECK(got.tokens == want[i].tokens);
+    runtime::TokenLogprob chosen;
+    std::vector<runtime::TokenLogprob> top;
+    bool records = false;
+    for (size_t t = 0; t < got.tokens.size(); ++t) {
+      REQUIRE(requests[i]->logprobs(t, &chosen, &top, &records));
+      CHECK(chosen.token == got.tokens[t]);
+      CHECK((chosen.logprob <= 0.0f && std::isfinite(chosen.logprob)));
+      CHECK(top.size() == (i % 2 ? 3u : 0u));
+    }
+    CHECK_FALSE(requests[i]->logprobs(got.tokens.size(), &chosen, &top, &records));
+    CHECK(records);
+  }
   const serving::EngineStats st = engine->stats();
   CHECK(st.preemptions > 0);
   CHECK(st.kv.block_count == 9);

@@ -19,6 +19,7 @@
 
 #include "core/util/thread_pool.h"
 #include "kernels/cpu/kernels.h"
+#include "tests/support/in_child.h"
 
 using colibri::util::ThreadPool;
 using colibri::util::ThreadPoolOptions;
@@ -367,36 +368,18 @@ TEST_CASE("a pool given CPUs runs its workers there, and the caller's share wher
 // the limit, not a std::terminate (the constructor used to leave the workers it had started
 // joinable) nor an "internal error".
 TEST_CASE("a worker the OS refuses to start: the pool reports the thread limit", "[thread_pool]") {
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  const pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    close(fds[0]);
-    std::string out;
+  // The child must exit normally: not killed by std::terminate.
+  const std::string message = colibri::testing::in_child([] {
     // RLIMIT_NPROC counts the user's processes and threads; root is exempt, so drop to nobody.
     // 3: this process and at most two workers (fewer if nobody runs other processes).
     struct rlimit rl = {3, 3};
-    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) out = "setuid failed";
-    else if (setrlimit(RLIMIT_NPROC, &rl) != 0) out = "setrlimit failed";
-    else {
-      colibri::Error error;
-      auto pool = ThreadPool::create(with_threads(8), "the test's pool", &error);
-      out = pool ? std::string("created") : std::string(colibri::error_kind_name(error.kind)) + ": " + error.message;
-    }
-    const ssize_t w = write(fds[1], out.data(), out.size());
-    _exit(w < 0 ? 2 : 0);
-  }
-  close(fds[1]);
-  std::string message;
-  char buf[1024];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) message.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
+    if (!colibri::testing::drop_root_privileges()) return std::string("setuid failed");
+    if (setrlimit(RLIMIT_NPROC, &rl) != 0) return std::string("setrlimit failed");
+    colibri::Error error;
+    auto pool = ThreadPool::create(with_threads(8), "the test's pool", &error);
+    return pool ? std::string("created") : std::string(colibri::error_kind_name(error.kind)) + ": " + error.message;
+  });
   INFO(message);
-  REQUIRE(WIFEXITED(status));  // not killed by std::terminate
-  REQUIRE(WEXITSTATUS(status) == 0);
   CHECK_THAT(message, Catch::StartsWith("out of memory or threads: resource exhaustion: the operating system refused "
                                         "to start thread ") &&
                           Catch::Contains(" of 8 for the test's pool") && Catch::Contains("Resource temporarily unavailable") &&

@@ -862,32 +862,11 @@ impl Model {
     /// [`TokenizeFlags::PARSE_SPECIAL`]).
     pub fn chat_render(&self, messages: &[ChatMessage], options: &ChatOptions) -> Result<String> {
         let f = &self.lib().functions;
-        let strings: Vec<(CString, CString)> = messages
-            .iter()
-            .map(|m| Ok((cstring("chat role", &m.role)?, cstring("chat content", &m.content)?)))
-            .collect::<Result<_>>()?;
-        let cmessages: Vec<sys::colibri_chat_message> = strings
-            .iter()
-            .map(|(r, c)| sys::colibri_chat_message { role: r.as_ptr(), content: c.as_ptr() })
-            .collect();
-        let names: Vec<CString> =
-            options.variables.iter().map(|(n, _)| cstring("variable name", n)).collect::<Result<_>>()?;
-        let values: Vec<CString> =
-            options.variables.iter().map(|(_, v)| cstring("variable value", v)).collect::<Result<_>>()?;
-        let name_ptrs: Vec<*const c_char> = names.iter().map(|s| s.as_ptr()).collect();
-        let value_ptrs: Vec<*const c_char> = values.iter().map(|s| s.as_ptr()).collect();
-        let template = options.template.as_deref().map(|t| cstring("template", t)).transpose()?;
-        // SAFETY: every pointer below borrows a local that outlives the calls.
+        let chat = CChat::new(self.lib(), messages, options)?;
+        // SAFETY: chat's pointers borrow its own buffers, which outlive the calls.
         unsafe {
-            let mut o: sys::colibri_chat_options = core::mem::zeroed();
-            self.lib().check((f.chat_options_init)(&mut o, core::mem::size_of_val(&o)))?;
-            o.add_generation_prompt = options.add_generation_prompt as u32;
-            o.template_text = template.as_ref().map_or(ptr::null(), |t| t.as_ptr());
-            o.variable_names = name_ptrs.as_ptr();
-            o.variable_values = value_ptrs.as_ptr();
-            o.variable_count = name_ptrs.len();
             let bytes = grow(self.lib(), 256, |buf: *mut u8, cap, size| {
-                (f.chat_render)(self.raw(), cmessages.as_ptr(), cmessages.len(), &o, buf.cast(), cap, size)
+                (f.chat_render)(self.raw(), chat.messages.as_ptr(), chat.messages.len(), &chat.options, buf.cast(), cap, size)
             }, 1)?;
             Ok(String::from_utf8_lossy(&bytes).into_owned())
         }
@@ -1729,6 +1708,57 @@ impl Model {
     }
 }
 
+/// A conversation and its options in C form; the raw structs point into the owned strings.
+struct CChat {
+    _strings: Vec<(CString, CString)>,
+    _names: Vec<CString>,
+    _values: Vec<CString>,
+    _name_ptrs: Vec<*const c_char>,
+    _value_ptrs: Vec<*const c_char>,
+    _template: Option<CString>,
+    messages: Vec<sys::colibri_chat_message>,
+    options: sys::colibri_chat_options,
+}
+
+impl CChat {
+    fn new(lib: &Library, messages: &[ChatMessage], options: &ChatOptions) -> Result<CChat> {
+        let strings: Vec<(CString, CString)> = messages
+            .iter()
+            .map(|m| Ok((cstring("chat role", &m.role)?, cstring("chat content", &m.content)?)))
+            .collect::<Result<_>>()?;
+        let cmessages: Vec<sys::colibri_chat_message> = strings
+            .iter()
+            .map(|(r, c)| sys::colibri_chat_message { role: r.as_ptr(), content: c.as_ptr() })
+            .collect();
+        let names: Vec<CString> =
+            options.variables.iter().map(|(n, _)| cstring("variable name", n)).collect::<Result<_>>()?;
+        let values: Vec<CString> =
+            options.variables.iter().map(|(_, v)| cstring("variable value", v)).collect::<Result<_>>()?;
+        let name_ptrs: Vec<*const c_char> = names.iter().map(|s| s.as_ptr()).collect();
+        let value_ptrs: Vec<*const c_char> = values.iter().map(|s| s.as_ptr()).collect();
+        let template = options.template.as_deref().map(|t| cstring("template", t)).transpose()?;
+        // SAFETY: a zeroed options struct is what init expects; the pointers set below borrow
+        // buffers owned by the returned value (a Vec's or CString's heap data does not move).
+        let mut o: sys::colibri_chat_options = unsafe { core::mem::zeroed() };
+        lib.check(unsafe { (lib.functions.chat_options_init)(&mut o, core::mem::size_of_val(&o)) })?;
+        o.add_generation_prompt = options.add_generation_prompt as u32;
+        o.template_text = template.as_ref().map_or(ptr::null(), |t| t.as_ptr());
+        o.variable_names = name_ptrs.as_ptr();
+        o.variable_values = value_ptrs.as_ptr();
+        o.variable_count = name_ptrs.len();
+        Ok(CChat {
+            _strings: strings,
+            _names: names,
+            _values: values,
+            _name_ptrs: name_ptrs,
+            _value_ptrs: value_ptrs,
+            _template: template,
+            messages: cmessages,
+            options: o,
+        })
+    }
+}
+
 /// Options of [`Engine::submit`].
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RequestOptions {
@@ -1744,6 +1774,23 @@ pub struct RequestOptions {
     pub stop_strings: Vec<String>,
     /// The request ends with [`FinishReason::Deadline`] this long after submission.
     pub timeout: Option<Duration>,
+    /// Record each sampled token's log-probability ([`Request::logprobs`]).
+    pub logprobs: bool,
+    /// Also record the most likely tokens of each step (0..=[`MAX_TOP_LOGPROBS`]); implies
+    /// `logprobs`.
+    pub top_logprobs: u32,
+}
+
+/// The most alternatives [`RequestOptions::top_logprobs`] may ask for.
+pub const MAX_TOP_LOGPROBS: u32 = sys::COLIBRI_MAX_TOP_LOGPROBS;
+
+/// A token and its log-probability (natural log, <= 0) under the model's raw distribution:
+/// log_softmax of the logits before the sampler's penalties, temperature and truncation
+/// (vLLM's default "raw logprobs", OpenAI's `logprobs`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub token: i32,
+    pub logprob: f32,
 }
 
 impl Engine {
@@ -1759,6 +1806,33 @@ impl Engine {
     /// Queues a generation from token ids (`colibri_request_submit`). A full queue is an error
     /// with [`Status::BUSY`], returned at once.
     pub fn submit(&self, prompt: &[i32], options: &RequestOptions) -> Result<Request> {
+        let f = &self.lib().functions;
+        // SAFETY: the prompt is borrowed for the call.
+        self.submit_with(options, |o, raw| unsafe {
+            (f.request_submit)(self.inner.raw.as_ptr(), prompt.as_ptr(), prompt.len(), o, raw)
+        })
+    }
+
+    /// Renders `messages` with the model's chat template (`chat` as for [`Model::chat_render`]),
+    /// tokenizes them as the template expects and queues the generation
+    /// (`colibri_request_submit_chat`): the same request as rendering, tokenizing with
+    /// [`TokenizeFlags::PARSE_SPECIAL`] and [`Engine::submit`]. Send the whole history each
+    /// turn: its cached prefix is not prefilled again.
+    pub fn submit_chat(&self, messages: &[ChatMessage], chat: &ChatOptions, options: &RequestOptions) -> Result<Request> {
+        let f = &self.lib().functions;
+        let c = CChat::new(self.lib(), messages, chat)?;
+        // SAFETY: c's pointers borrow its own buffers, which outlive the call.
+        self.submit_with(options, |o, raw| unsafe {
+            (f.request_submit_chat)(self.inner.raw.as_ptr(), c.messages.as_ptr(), c.messages.len(), &c.options, o, raw)
+        })
+    }
+
+    /// Converts `options` and runs `call` (a submit function) with them.
+    fn submit_with(
+        &self,
+        options: &RequestOptions,
+        call: impl FnOnce(&sys::colibri_request_options, &mut *mut sys::colibri_request) -> i32,
+    ) -> Result<Request> {
         let g = CGenerateOptions::new(
             self.lib(),
             &GenerateOptions {
@@ -1785,9 +1859,11 @@ impl Engine {
             if let Some(t) = options.timeout {
                 o.timeout_ns = u64::try_from(t.as_nanos()).unwrap_or(u64::MAX).max(1);
             }
+            o.logprobs = u32::from(options.logprobs);
+            o.top_logprobs = options.top_logprobs;
             let mut raw = ptr::null_mut();
-            self.lib().check((f.request_submit)(self.inner.raw.as_ptr(), prompt.as_ptr(), prompt.len(), &o, &mut raw))?;
-            let raw = NonNull::new(raw).ok_or_else(|| Error::new(Status::INTERNAL, "request_submit returned NULL"))?;
+            self.lib().check(call(&o, &mut raw))?;
+            let raw = NonNull::new(raw).ok_or_else(|| Error::new(Status::INTERNAL, "submit returned NULL"))?;
             Ok(Request { inner: Arc::new(RequestInner { lib: self.inner.model.inner.lib.clone(), raw }), done: false })
         }
     }
@@ -1839,7 +1915,7 @@ struct RequestInner {
     raw: NonNull<sys::colibri_request>,
 }
 
-// SAFETY: colibri_request_cancel, _get_result and _tokens are thread-safe (colibri.h);
+// SAFETY: colibri_request_cancel, _get_result, _tokens and _logprobs are thread-safe (colibri.h);
 // colibri_request_next is only called through `&mut Request` (one thread at a time); the free
 // runs in Drop, when no other reference exists.
 unsafe impl Send for RequestInner {}
@@ -1942,6 +2018,29 @@ impl Request {
             // SAFETY: buf has cap elements.
             (f.request_tokens)(self.inner.raw.as_ptr(), buf, cap, size)
         }, 0)
+    }
+
+    /// The log-probability of generated token `index` (from 0, below `tokens().len()`) and the
+    /// [`RequestOptions::top_logprobs`] most likely tokens of that step, most likely first. A
+    /// request submitted without logprobs gives [`Status::BAD_STATE`].
+    pub fn logprobs(&self, index: usize) -> Result<(TokenLogprob, Vec<TokenLogprob>)> {
+        let mut chosen = sys::colibri_token_logprob { token: -1, logprob: 0.0 };
+        let mut top = [sys::colibri_token_logprob { token: -1, logprob: 0.0 }; MAX_TOP_LOGPROBS as usize];
+        let mut count = 0usize;
+        // SAFETY: live out parameters; top has MAX_TOP_LOGPROBS elements; the call is thread-safe.
+        let status = unsafe {
+            (self.lib().functions.request_logprobs)(
+                self.inner.raw.as_ptr(),
+                index,
+                &mut chosen,
+                top.as_mut_ptr(),
+                top.len(),
+                &mut count,
+            )
+        };
+        self.lib().check(status)?;
+        let convert = |t: &sys::colibri_token_logprob| TokenLogprob { token: t.token, logprob: t.logprob };
+        Ok((convert(&chosen), top[..count.min(top.len())].iter().map(convert).collect()))
     }
 
     /// Progress so far.

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 
 use colibri::{
-    DetokenizeFlags, EngineOptions, Error, FinishReason, GenerateOptions, Isa, Library, LogLevel, Model, ModelOptions,
+    ChatMessage, ChatOptions, DetokenizeFlags, EngineOptions, Error, FinishReason, GenerateOptions, Isa, Library, LogLevel, Model, ModelOptions,
     RequestOptions, SamplerOptions, Session, SessionOptions, Status, TokenizeFlags,
 };
 
@@ -538,12 +538,17 @@ fn engine_requests_from_threads_equal_sessions() {
         expected.push((r, tokens, text));
     }
     assert_eq!(expected[0].1, fx.greedy);
+    // Every thread submits at the same moment, so that the engine has them to batch (a thread
+    // started late could find the others' requests already finished on a loaded machine).
+    let start = Arc::new(std::sync::Barrier::new(expected.len()));
     let handles: Vec<_> = expected
         .into_iter()
         .map(|(options, tokens, text)| {
             let engine = engine.clone();
             let prompt = fx.input_ids.clone();
+            let start = start.clone();
             thread::spawn(move || {
+                start.wait();
                 let mut request = engine.submit(&prompt, &options).expect("submit");
                 let got: String = request.by_ref().map(|p| p.expect("piece")).collect();
                 assert_eq!(got, text);
@@ -619,4 +624,83 @@ fn engine_busy_cancel_timeout_prefix() {
     assert!(e.by_ref().all(|p| p.is_ok()));
     let re = e.result().unwrap();
     assert!(matches!(re.finish_reason, FinishReason::Cancelled | FinishReason::Length), "{re:?}");
+}
+
+/// Logprobs: greedy picks the most likely token of each step, the values are log_softmax of a
+/// session's raw logits on the same tokens, and recording them changes no token.
+#[test]
+fn engine_logprobs_are_raw_and_change_nothing() {
+    let fx = match fixture() {
+        Some(fx) => fx,
+        None => return,
+    };
+    let model = open(fx);
+    let engine = engine(&model, 3, 8);
+    let greedy = RequestOptions {
+        max_tokens: Some(6),
+        ignore_eos: true,
+        sampler: Some(SamplerOptions::greedy()),
+        top_logprobs: 5,
+        ..Default::default()
+    };
+    let sampled = SamplerOptions { temperature: Some(1.2), seed: Some(31), presence_penalty: Some(1.0), ..Default::default() };
+    let plain = RequestOptions { max_tokens: Some(10), ignore_eos: true, sampler: Some(sampled), ..Default::default() };
+    let with = RequestOptions { logprobs: true, ..plain.clone() };
+    let mut g = engine.submit(&fx.input_ids, &greedy).unwrap();
+    let mut a = engine.submit(&fx.input_ids, &with).unwrap();
+    let mut b = engine.submit(&fx.input_ids, &plain).unwrap();
+    for r in [&mut g, &mut a, &mut b] {
+        assert!(r.by_ref().all(|p| p.is_ok()));
+    }
+    assert_eq!(a.tokens().unwrap(), b.tokens().unwrap());
+    let tokens = g.tokens().unwrap();
+    assert_eq!(tokens, fx.greedy[..6]);
+    let mut s = session(&model);
+    s.prefill(0, &fx.input_ids).unwrap();
+    for (i, &token) in tokens.iter().enumerate() {
+        let logits = s.logits(0).unwrap();
+        let max = logits.iter().fold(f64::MIN, |m, &x| m.max(f64::from(x)));
+        let sum: f64 = logits.iter().map(|&x| (f64::from(x) - max).exp()).sum();
+        let want = f64::from(logits[token as usize]) - max - sum.ln();
+        let (chosen, top) = g.logprobs(i).unwrap();
+        assert_eq!(chosen.token, token);
+        assert!((f64::from(chosen.logprob) - want).abs() < 1e-4, "{chosen:?} vs {want}");
+        assert_eq!(top.len(), 5);
+        assert_eq!(top[0], chosen);
+        assert!(top.windows(2).all(|w| w[0].logprob >= w[1].logprob), "{top:?}");
+        s.decode(0, token).unwrap();
+    }
+    assert!(a.logprobs(0).unwrap().1.is_empty());
+    assert_eq!(b.logprobs(0).unwrap_err().status(), Status::BAD_STATE);
+    assert_eq!(g.logprobs(tokens.len()).unwrap_err().status(), Status::INVALID_ARGUMENT);
+    let too_many = RequestOptions { top_logprobs: colibri::MAX_TOP_LOGPROBS + 1, ..Default::default() };
+    assert_eq!(engine.submit(&fx.input_ids, &too_many).unwrap_err().status(), Status::INVALID_ARGUMENT);
+}
+
+/// submit_chat is chat_render + tokenize(PARSE_SPECIAL) + submit in one call.
+#[test]
+fn engine_submit_chat_equals_rendering_by_hand() {
+    let fx = match fixture() {
+        Some(fx) => fx,
+        None => return,
+    };
+    let model = open(fx);
+    let engine = engine(&model, 2, 8);
+    let messages = vec![
+        ChatMessage { role: "system".into(), content: "Be brief.".into() },
+        ChatMessage { role: "user".into(), content: "The test is".into() },
+    ];
+    let chat = ChatOptions::default();
+    let text = model.chat_render(&messages, &chat).unwrap();
+    let ids = model.tokenize(&text, TokenizeFlags::PARSE_SPECIAL).unwrap();
+    let options = RequestOptions { max_tokens: Some(5), ignore_eos: true, sampler: Some(SamplerOptions::greedy()), ..Default::default() };
+    let mut by_hand = engine.submit(&ids, &options).unwrap();
+    let mut rendered = engine.submit_chat(&messages, &chat, &options).unwrap();
+    let a: String = by_hand.by_ref().map(|p| p.unwrap()).collect();
+    let b: String = rendered.by_ref().map(|p| p.unwrap()).collect();
+    assert_eq!(a, b);
+    assert_eq!(by_hand.tokens().unwrap(), rendered.tokens().unwrap());
+    assert_eq!(rendered.result().unwrap().prompt_tokens as usize, ids.len());
+    let raising = ChatOptions { template: Some("{{ raise_exception('no chat') }}".into()), ..Default::default() };
+    assert_eq!(engine.submit_chat(&messages, &raising, &options).unwrap_err().status(), Status::INVALID_ARGUMENT);
 }

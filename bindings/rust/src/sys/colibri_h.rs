@@ -71,6 +71,7 @@ pub const COLIBRI_STAGE_MERGE: u32 = 6;
 pub const COLIBRI_STAGE_LM_HEAD: u32 = 7;
 pub const COLIBRI_STATS_MAX_STAGES: u32 = 16;
 pub const COLIBRI_ENGINE_BATCH_BUCKETS: u32 = 9;
+pub const COLIBRI_MAX_TOP_LOGPROBS: u32 = 20;
 pub type __int32_t = ::std::os::raw::c_int;
 pub type __uint32_t = ::std::os::raw::c_uint;
 pub type __int64_t = ::std::os::raw::c_long;
@@ -3646,12 +3647,14 @@ pub struct colibri_request_options {
     pub stop_strings: *const *const ::std::os::raw::c_char,
     pub stop_string_count: usize,
     pub timeout_ns: u64,
+    pub logprobs: u32,
+    pub top_logprobs: u32,
 }
 #[test]
 fn bindgen_test_layout_colibri_request_options() {
     assert_eq!(
         ::core::mem::size_of::<colibri_request_options>(),
-        64usize,
+        72usize,
         concat!("Size of: ", stringify!(colibri_request_options))
     );
     assert_eq!(
@@ -3829,6 +3832,93 @@ fn bindgen_test_layout_colibri_request_options() {
         );
     }
     test_field_timeout_ns();
+    fn test_field_logprobs() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_request_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).logprobs) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_request_options),
+                "::",
+                stringify!(logprobs)
+            )
+        );
+    }
+    test_field_logprobs();
+    fn test_field_top_logprobs() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_request_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).top_logprobs) as usize - ptr as usize
+            },
+            68usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_request_options),
+                "::",
+                stringify!(top_logprobs)
+            )
+        );
+    }
+    test_field_top_logprobs();
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct colibri_token_logprob {
+    pub token: i32,
+    pub logprob: f32,
+}
+#[test]
+fn bindgen_test_layout_colibri_token_logprob() {
+    assert_eq!(
+        ::core::mem::size_of::<colibri_token_logprob>(),
+        8usize,
+        concat!("Size of: ", stringify!(colibri_token_logprob))
+    );
+    assert_eq!(
+        ::core::mem::align_of::<colibri_token_logprob>(),
+        4usize,
+        concat!("Alignment of ", stringify!(colibri_token_logprob))
+    );
+    fn test_field_token() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_token_logprob>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).token) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_token_logprob),
+                "::",
+                stringify!(token)
+            )
+        );
+    }
+    test_field_token();
+    fn test_field_logprob() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_token_logprob>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).logprob) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_token_logprob),
+                "::",
+                stringify!(logprob)
+            )
+        );
+    }
+    test_field_logprob();
 }
 extern "C" {
     pub fn colibri_request_options_init(
@@ -3841,6 +3931,16 @@ extern "C" {
         engine: *mut colibri_engine,
         prompt: *const i32,
         prompt_count: usize,
+        options: *const colibri_request_options,
+        request_out: *mut *mut colibri_request,
+    ) -> i32;
+}
+extern "C" {
+    pub fn colibri_request_submit_chat(
+        engine: *mut colibri_engine,
+        messages: *const colibri_chat_message,
+        message_count: usize,
+        chat_options: *const colibri_chat_options,
         options: *const colibri_request_options,
         request_out: *mut *mut colibri_request,
     ) -> i32;
@@ -4045,6 +4145,16 @@ extern "C" {
     pub fn colibri_request_tokens(
         request: *const colibri_request,
         tokens: *mut i32,
+        capacity: usize,
+        count: *mut usize,
+    ) -> i32;
+}
+extern "C" {
+    pub fn colibri_request_logprobs(
+        request: *const colibri_request,
+        token_index: usize,
+        chosen: *mut colibri_token_logprob,
+        top: *mut colibri_token_logprob,
         capacity: usize,
         count: *mut usize,
     ) -> i32;
