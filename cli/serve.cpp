@@ -287,6 +287,8 @@ class Server {
     uint64_t start_ns = 0;
     std::string remote;
     bool registered = false;
+    size_t logprob_tokens = 0;  // generated tokens whose logprobs were sent
+    size_t text_offset = 0;     // completions' text_offset of the next token
   };
 
   json model_json() const {
@@ -338,9 +340,6 @@ class Server {
       limits.vocab_size = static_cast<int64_t>(info_.vocab_size);
       g->request = serve::parse_request(req.body, endpoint, limits);
       const GenerationRequest &r = g->request;
-      if (r.logprobs)
-        throw api_error(400, "logprobs are not supported by this server yet", "invalid_request_error", "unsupported",
-                        endpoint == Endpoint::Completions ? "logprobs" : "logprobs");
       g->prompt = prompt_tokens(r, &g->echo_text);
       const std::string prompt_param = endpoint == Endpoint::Completions ? "prompt" : "messages";
       if (g->prompt.empty()) throw api_error(400, "the prompt is empty", "invalid_request_error", {}, prompt_param);
@@ -405,6 +404,8 @@ class Server {
     options.stop_strings = stops.empty() ? nullptr : stops.data();
     options.stop_string_count = stops.size();
     options.timeout_ns = config_.timeout_ns;
+    options.logprobs = r.logprobs ? 1 : 0;
+    options.top_logprobs = r.top_logprobs;
     colibri_request *raw = nullptr;
     const int32_t status = colibri_request_submit(engine_.get(), g.prompt.data(), g.prompt.size(), &options, &raw);
     if (status == COLIBRI_ERROR_BUSY)
@@ -426,8 +427,9 @@ class Server {
                 {"total_tokens", result.prompt_token_count + result.generated_token_count}};
   }
 
-  json chunk_json(const Generation &g, const std::string &text, const char *finish, bool first) const {
-    json choice = {{"index", 0}, {"finish_reason", finish ? json(finish) : json(nullptr)}, {"logprobs", nullptr}};
+  json chunk_json(const Generation &g, const std::string &text, const char *finish, bool first,
+                  json logprobs = nullptr) const {
+    json choice = {{"index", 0}, {"finish_reason", finish ? json(finish) : json(nullptr)}, {"logprobs", std::move(logprobs)}};
     const bool chat = g.request.endpoint == Endpoint::ChatCompletions;
     if (chat) {
       json delta = json::object();
@@ -444,6 +446,74 @@ class Server {
                 {"choices", json::array({std::move(choice)})}};
   }
 
+  // The text of one token as the client sees it (U+FFFD for the bytes of an incomplete UTF-8
+  // sequence: a token may hold part of a character).
+  std::string token_piece(int32_t token) const {
+    try {
+      return detokenize(model_.get(), {token}, 0);
+    } catch (const Failure &) {
+      return {};
+    }
+  }
+
+  static json bytes_of(const std::string &text) {
+    json bytes = json::array();
+    for (unsigned char c : text) bytes.push_back(static_cast<int>(c));
+    return bytes;
+  }
+
+  // The logprobs of generated tokens [g.logprob_tokens, end) in the endpoint's shape (OpenAI:
+  // completions {tokens, token_logprobs, top_logprobs, text_offset}, chat {content: [...]}), or
+  // null when the request did not ask for them or there are none.
+  json take_logprobs(Generation &g, size_t end) {
+    if (!g.request.logprobs || end <= g.logprob_tokens) return nullptr;
+    const bool chat = g.request.endpoint == Endpoint::ChatCompletions;
+    std::vector<int32_t> ids(end);
+    size_t count = 0;
+    if (colibri_request_tokens(g.handle.get(), ids.data(), ids.size(), &count) != COLIBRI_OK && count < end) return nullptr;
+    json tokens = json::array(), token_logprobs = json::array(), top_list = json::array(), offsets = json::array(),
+         content = json::array();
+    std::vector<colibri_token_logprob> top(g.request.top_logprobs);
+    for (size_t i = g.logprob_tokens; i < end; ++i) {
+      colibri_token_logprob chosen{};
+      size_t n = 0;
+      if (colibri_request_logprobs(g.handle.get(), i, &chosen, top.empty() ? nullptr : top.data(), top.size(), &n) != COLIBRI_OK)
+        break;
+      const std::string text = token_piece(chosen.token);
+      if (chat) {
+        json alternatives = json::array();
+        for (size_t k = 0; k < n; ++k) {
+          const std::string t = token_piece(top[k].token);
+          alternatives.push_back({{"token", t}, {"logprob", top[k].logprob}, {"bytes", bytes_of(t)}});
+        }
+        content.push_back(
+            {{"token", text}, {"logprob", chosen.logprob}, {"bytes", bytes_of(text)}, {"top_logprobs", std::move(alternatives)}});
+      } else {
+        tokens.push_back(text);
+        token_logprobs.push_back(chosen.logprob);
+        json alternatives = json::object();
+        for (size_t k = 0; k < n; ++k) alternatives[token_piece(top[k].token)] = top[k].logprob;
+        top_list.push_back(std::move(alternatives));
+        offsets.push_back(g.text_offset);
+        g.text_offset += text.size();
+      }
+      g.logprob_tokens = i + 1;
+    }
+    if (chat) return json{{"content", std::move(content)}};
+    return json{{"tokens", std::move(tokens)},
+                {"token_logprobs", std::move(token_logprobs)},
+                {"top_logprobs", std::move(top_list)},
+                {"text_offset", std::move(offsets)}};
+  }
+
+  // Generated tokens so far, less a final EOS that ended the request (it has no text).
+  size_t tokens_with_text(const Generation &g, bool finished, uint32_t finish_reason) const {
+    size_t count = 0;
+    colibri_request_tokens(g.handle.get(), nullptr, 0, &count);
+    if (finished && finish_reason == COLIBRI_FINISH_EOS && count > 0) --count;
+    return count;
+  }
+
   static bool write_event(httplib::DataSink &sink, const std::string &data) {
     const std::string event = "data: " + data + "\n\n";
     return sink.write(event.data(), event.size());
@@ -455,6 +525,7 @@ class Server {
   bool write_response(Generation &g, httplib::DataSink &sink) {
     const bool stream = g.request.stream;
     std::string text = g.echo_text;
+    g.text_offset = g.echo_text.size();
     bool first = true;
     int32_t failure = COLIBRI_OK;
     std::string failure_message;
@@ -477,7 +548,9 @@ class Server {
         continue;  // the next call returns DONE
       }
       if (stream) {
-        if (!write_event(sink, dump(chunk_json(g, std::string(piece, size), nullptr, first)))) return client_gone(g);
+        const std::string piece_text(piece, size);
+        json logprobs = g.request.logprobs ? take_logprobs(g, tokens_with_text(g, false, 0)) : json(nullptr);
+        if (!write_event(sink, dump(chunk_json(g, piece_text, nullptr, first, std::move(logprobs))))) return client_gone(g);
         first = false;
       } else {
         text.append(piece, size);
@@ -501,8 +574,9 @@ class Server {
       return true;
     }
     const char *finish = serve::finish_reason_name(result.finish_reason);
+    json logprobs = take_logprobs(g, tokens_with_text(g, true, result.finish_reason));
     if (stream) {
-      if (!write_event(sink, dump(chunk_json(g, "", finish, first)))) return client_gone(g);
+      if (!write_event(sink, dump(chunk_json(g, "", finish, first, std::move(logprobs))))) return client_gone(g);
       if (g.request.include_usage) {
         json usage = chunk_json(g, "", nullptr, false);
         usage["choices"] = json::array();
@@ -511,7 +585,7 @@ class Server {
       }
       if (!write_event(sink, "[DONE]")) return client_gone(g);
     } else {
-      json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", nullptr}};
+      json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", std::move(logprobs)}};
       const bool chat = g.request.endpoint == Endpoint::ChatCompletions;
       if (chat) choice["message"] = json{{"role", "assistant"}, {"content", text}};
       else choice["text"] = text;

@@ -263,6 +263,16 @@ void Engine::finish(Sequence &seq, FinishReason reason, Error error) {
   {
     std::lock_guard<std::mutex> lock(r.mu_);
     if (r.finished_) return;
+  }
+  // The engine's counters first (one thread finishes a sequence), so that a caller who sees
+  // the request finished also finds its place free: a submit right after is not Busy.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.finished;
+    if (seq.accepted) --unfinished_;
+  }
+  {
+    std::lock_guard<std::mutex> lock(r.mu_);
     r.result_.finish = reason;
     r.result_.error = std::move(error);
     r.result_.generated_tokens = seq.generated();
@@ -270,9 +280,6 @@ void Engine::finish(Sequence &seq, FinishReason reason, Error error) {
     r.finished_ = true;
   }
   r.cv_.notify_all();
-  std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.finished;
-  if (seq.accepted) --unfinished_;
 }
 
 void Engine::release_slot(Sequence &seq) {

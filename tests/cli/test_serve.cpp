@@ -2,7 +2,7 @@
 // loopback port (--port 0; the port is read from its "listening on" line) with the bundled
 // model and talks HTTP to it as a client would (cpp-httplib's client, and raw sockets where a
 // client must vanish mid-stream). Completion, chat, SSE framing, seed reproducibility, stop
-// strings, 400/401/413/429/503, a disconnect freeing its slot, /metrics as Prometheus text,
+// strings, logprobs, 400/401/413/429/503, a disconnect freeing its slot, /metrics as Prometheus text,
 // SIGTERM draining. Paths come from CMake: COLIBRI_CLI_EXE, COLIBRI_DEFAULT_MODEL_IMAGE.
 #define CATCH_CONFIG_MAIN
 #include <arpa/inet.h>
@@ -386,6 +386,63 @@ TEST_CASE("serve: a seed reproduces the sampled text and stop strings end it", "
   CHECK(c["choices"][0]["text"] == greedy.substr(0, greedy.find(stop)));
   stopping["stop"] = stop;  // a string, not a list
   CHECK(body_of(post(s, "/v1/completions", stopping))["choices"][0]["text"] == greedy.substr(0, greedy.find(stop)));
+}
+
+TEST_CASE("serve: logprobs of the sampled tokens and their top alternatives, streamed or not", "[serve][logprobs]") {
+  ServerProcess s({});
+  json request = kGreedy;
+  request["max_tokens"] = 8;
+  request["logprobs"] = 3;
+  const json c = body_of(post(s, "/v1/completions", request));
+  const json &lp = c["choices"][0].at("logprobs");
+  REQUIRE(lp.at("tokens").size() == 8);
+  REQUIRE(lp.at("token_logprobs").size() == 8);
+  REQUIRE(lp.at("top_logprobs").size() == 8);
+  std::string joined;
+  for (size_t i = 0; i < 8; ++i) {
+    joined += lp["tokens"][i].get<std::string>();
+    const double chosen = lp["token_logprobs"][i];
+    CHECK(chosen <= 0);
+    const json &top = lp["top_logprobs"][i];
+    CHECK(top.size() <= 3);
+    CHECK(top.size() >= 1);
+    double best = -1e30;
+    for (const auto &[token, value] : top.items()) best = std::max(best, value.get<double>());
+    CHECK(chosen == best);  // greedy picks the most likely token
+    CHECK(lp["text_offset"][i] == (i == 0 ? 0 : lp["text_offset"][i - 1].get<int>() +
+                                                     static_cast<int>(lp["tokens"][i - 1].get<std::string>().size())));
+  }
+  CHECK(joined == c["choices"][0]["text"]);
+  // Without logprobs the field is null, and asking for them changes no token.
+  json plain = request;
+  plain.erase("logprobs");
+  const json p = body_of(post(s, "/v1/completions", plain));
+  CHECK(p["choices"][0]["logprobs"].is_null());
+  CHECK(p["choices"][0]["text"] == c["choices"][0]["text"]);
+
+  // Chat, streamed: every token is covered once, in order, by the chunks' logprobs.
+  json chat = {{"messages", {{{"role", "user"}, {"content", "Hello"}}}}, {"max_tokens", 10}, {"temperature", 0.8},
+               {"seed", 3}, {"ignore_eos", true}, {"logprobs", true}, {"top_logprobs", 2}, {"stream", true}};
+  auto r = post(s, "/v1/chat/completions", chat);
+  REQUIRE(r);
+  size_t covered = 0;
+  std::string text, token_text;
+  for (const std::string &e : sse_events(r->body)) {
+    if (e == "[DONE]") break;
+    const json chunk = json::parse(e);
+    const json &choice = chunk["choices"][0];
+    if (choice["delta"].contains("content")) text += choice["delta"]["content"].get<std::string>();
+    if (choice["logprobs"].is_null()) continue;
+    for (const json &t : choice["logprobs"].at("content")) {
+      ++covered;
+      token_text += t.at("token").get<std::string>();
+      CHECK(t.at("top_logprobs").size() == 2);
+      CHECK(t["top_logprobs"][0]["logprob"].get<double>() >= t["top_logprobs"][1]["logprob"].get<double>());
+      CHECK(t.at("bytes").size() == t["token"].get<std::string>().size());
+    }
+  }
+  CHECK(covered == 10);
+  CHECK(token_text == text);
 }
 
 TEST_CASE("serve: bad requests are 400 naming the field, unknown fields are ignored", "[serve][limits]") {
