@@ -241,8 +241,14 @@ COLIBRI_API int32_t colibri_set_log_callback(colibri_log_fn fn, void *user, int3
 #define COLIBRI_DTYPE_BF16 2
 /* int8 weights with one f32 scale per group of group_size values along the last dimension. */
 #define COLIBRI_DTYPE_Q8 3
+/* Image format version 2 (weights only; docs/format.md): symmetric int4 with one f16 scale per
+ * group of 32, 64 or 128; int8 with one f16 scale per 32 (llama.cpp's Q8_0 block); OCP MX FP4
+ * (e2m1 values, one e8m0 scale per 32: gpt-oss's experts). */
+#define COLIBRI_DTYPE_Q4 4
+#define COLIBRI_DTYPE_Q8F16 5
+#define COLIBRI_DTYPE_MXFP4 6
 
-/* "f32", "f16", "bf16", "q8", or "unknown". Static string. Thread-safe. */
+/* "f32", "f16", "bf16", "q8", "q4", "q8f16", "mxfp4", or "unknown". Static string. Thread-safe. */
 COLIBRI_API const char *colibri_dtype_name(uint32_t dtype);
 
 /* How the kernel should page the mapped image (madvise). */

@@ -250,16 +250,25 @@ COLIBRI_API int32_t colibri_set_log_callback(colibri_log_fn fn, void *user, int3
   });
 }
 
+// The C constants are the image format's values (core/image/format.h is the one source).
+static_assert(COLIBRI_DTYPE_F32 == static_cast<uint32_t>(image::DType::F32));
+static_assert(COLIBRI_DTYPE_F16 == static_cast<uint32_t>(image::DType::F16));
+static_assert(COLIBRI_DTYPE_BF16 == static_cast<uint32_t>(image::DType::BF16));
+static_assert(COLIBRI_DTYPE_Q8 == static_cast<uint32_t>(image::DType::Q8));
+static_assert(COLIBRI_DTYPE_Q4 == static_cast<uint32_t>(image::DType::Q4));
+static_assert(COLIBRI_DTYPE_Q8F16 == static_cast<uint32_t>(image::DType::Q8F16));
+static_assert(COLIBRI_DTYPE_MXFP4 == static_cast<uint32_t>(image::DType::MXFP4));
+static_assert(image::kDTypeCount == 7, "a new image dtype needs its COLIBRI_DTYPE_ constant");
+
 COLIBRI_API const char *colibri_dtype_name(uint32_t dtype) {
   switch (dtype) {
     case COLIBRI_DTYPE_F32: return "f32";
     case COLIBRI_DTYPE_F16: return "f16";
     case COLIBRI_DTYPE_BF16: return "bf16";
     case COLIBRI_DTYPE_Q8: return "q8";
-    // Image format version 2's dtypes (q4, q8f16, mxfp4), which colibri.h has no constant for yet.
-    case static_cast<uint32_t>(image::DType::Q4):
-    case static_cast<uint32_t>(image::DType::Q8F16):
-    case static_cast<uint32_t>(image::DType::MXFP4): return image::dtype_name(static_cast<image::DType>(dtype));
+    case COLIBRI_DTYPE_Q4: return "q4";
+    case COLIBRI_DTYPE_Q8F16: return "q8f16";
+    case COLIBRI_DTYPE_MXFP4: return "mxfp4";
     default: return "unknown";
   }
 }

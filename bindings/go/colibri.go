@@ -290,6 +290,10 @@ const (
 	DTypeF16  DType = C.COLIBRI_DTYPE_F16
 	DTypeBF16 DType = C.COLIBRI_DTYPE_BF16
 	DTypeQ8   DType = C.COLIBRI_DTYPE_Q8
+	// Image format v2 weights: int4 with f16 group scales, int8 with f16 scales per 32, OCP MX FP4.
+	DTypeQ4    DType = C.COLIBRI_DTYPE_Q4
+	DTypeQ8F16 DType = C.COLIBRI_DTYPE_Q8F16
+	DTypeMXFP4 DType = C.COLIBRI_DTYPE_MXFP4
 )
 
 func (d DType) String() string {
@@ -302,6 +306,12 @@ func (d DType) String() string {
 		return "bf16"
 	case DTypeQ8:
 		return "q8"
+	case DTypeQ4:
+		return "q4"
+	case DTypeQ8F16:
+		return "q8f16"
+	case DTypeMXFP4:
+		return "mxfp4"
 	}
 	return "unknown"
 }

@@ -61,6 +61,10 @@ static void test_versions_and_status(void) {
   CHECK(strcmp(colibri_status_string(COLIBRI_ERROR_CONTEXT_FULL), "context full") == 0);
   CHECK(strcmp(colibri_status_string(-9999), "unknown status") == 0);
   CHECK(strcmp(colibri_dtype_name(COLIBRI_DTYPE_Q8), "q8") == 0);
+  CHECK(strcmp(colibri_dtype_name(COLIBRI_DTYPE_Q4), "q4") == 0);
+  CHECK(strcmp(colibri_dtype_name(COLIBRI_DTYPE_Q8F16), "q8f16") == 0);
+  CHECK(strcmp(colibri_dtype_name(COLIBRI_DTYPE_MXFP4), "mxfp4") == 0);
+  CHECK(strcmp(colibri_dtype_name(7), "unknown") == 0);
   CHECK(strcmp(colibri_stage_name(COLIBRI_STAGE_EXPERTS), "experts") == 0);
   CHECK(colibri_stage_name(COLIBRI_STATS_MAX_STAGES) == NULL);
   /* A failing call sets the thread's error; a succeeding one clears it. */

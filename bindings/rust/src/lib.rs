@@ -394,6 +394,10 @@ pub enum DType {
     F16,
     BF16,
     Q8,
+    /// Image format v2 weights: int4 with f16 group scales, int8 with f16 scales per 32, OCP MX FP4.
+    Q4,
+    Q8F16,
+    MXFP4,
     /// A value this crate does not know (a newer library).
     Other(u32),
 }
@@ -405,6 +409,9 @@ impl DType {
             sys::COLIBRI_DTYPE_F16 => DType::F16,
             sys::COLIBRI_DTYPE_BF16 => DType::BF16,
             sys::COLIBRI_DTYPE_Q8 => DType::Q8,
+            sys::COLIBRI_DTYPE_Q4 => DType::Q4,
+            sys::COLIBRI_DTYPE_Q8F16 => DType::Q8F16,
+            sys::COLIBRI_DTYPE_MXFP4 => DType::MXFP4,
             v => DType::Other(v),
         }
     }
@@ -414,6 +421,9 @@ impl DType {
             DType::F16 => sys::COLIBRI_DTYPE_F16,
             DType::BF16 => sys::COLIBRI_DTYPE_BF16,
             DType::Q8 => sys::COLIBRI_DTYPE_Q8,
+            DType::Q4 => sys::COLIBRI_DTYPE_Q4,
+            DType::Q8F16 => sys::COLIBRI_DTYPE_Q8F16,
+            DType::MXFP4 => sys::COLIBRI_DTYPE_MXFP4,
             DType::Other(v) => v,
         }
     }
