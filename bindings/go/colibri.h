@@ -992,7 +992,8 @@ typedef struct colibri_request_options {
                                  top_logprobs > 0 (an appended field, as is top_logprobs: a
                                  struct_size without them means 0) */
   uint32_t top_logprobs;      /* also record the top_logprobs most likely tokens at every
-                                 step. Default 0 (none). Range 0..COLIBRI_MAX_TOP_LOGPROBS */
+                                 step. Default 0 (none). Range 0..COLIBRI_MAX_TOP_LOGPROBS.
+                                 Cost: one pass over the vocabulary per token */
 } colibri_request_options;
 
 /* The most alternatives colibri_request_options.top_logprobs may ask for (OpenAI's limit). */

@@ -1046,6 +1046,8 @@ static void test_misuse(const char *tmpdir) {
     CHECK_STATUS(colibri_request_next(request, 0, &piece, &count), COLIBRI_ERROR_BAD_STATE);
     CHECK_STATUS(colibri_request_tokens(request, ids, 4, &count), COLIBRI_ERROR_BAD_STATE);
     CHECK_STATUS(colibri_request_get_result(request, &rr), COLIBRI_ERROR_BAD_STATE);
+    CHECK_STATUS(colibri_request_logprobs(request, 0, NULL, NULL, 0, &count), COLIBRI_ERROR_BAD_STATE);
+    CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "was already freed"));
     colibri_engine_free(engine); /* frees: leaves the last error as it was */
     colibri_engine_free(engine);
     CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "after colibri_engine_free; nothing was freed"));
