@@ -497,10 +497,14 @@ fn chat_batch_moe() {
 }
 
 fn engine(model: &Model, max_sequences: u32, queue: u32) -> colibri::Engine {
+    engine_with_context(model, max_sequences, queue, 64)
+}
+
+fn engine_with_context(model: &Model, max_sequences: u32, queue: u32, context: u32) -> colibri::Engine {
     model
         .engine(&EngineOptions {
             max_sequences: Some(max_sequences),
-            context_length: Some(64),
+            context_length: Some(context),
             step_tokens: Some(16),
             queue_capacity: Some(queue),
             session: SessionOptions { threads: Some(2), ..Default::default() },
@@ -574,16 +578,7 @@ fn engine_busy_cancel_timeout_prefix() {
     let model = open(fx);
     // One slot, a context long enough that a (the slot holder) runs for many milliseconds: b's
     // cancellation from another thread lands while b still waits, even on a loaded machine.
-    let engine = model
-        .engine(&EngineOptions {
-            max_sequences: Some(1),
-            context_length: Some(1024),
-            step_tokens: Some(16),
-            queue_capacity: Some(1),
-            session: SessionOptions { threads: Some(2), ..Default::default() },
-            ..Default::default()
-        })
-        .expect("engine");
+    let engine = engine_with_context(&model, 1, 1, 1024);
     const A_TOKENS: u32 = 900;
     let long = RequestOptions { max_tokens: Some(A_TOKENS), ignore_eos: true, ..Default::default() };
     let mut a = engine.submit(&fx.input_ids, &long).unwrap();
