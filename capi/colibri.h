@@ -53,7 +53,8 @@
  *                colibri_request_free) as for models, sessions, streams and samplers.
  *              - A sampler has a busy word: a call on it while another thread's call runs gets
  *                BAD_STATE "the sampler is in use by another thread", and colibri_sampler_free
- *                then frees nothing (BAD_STATE recorded).
+ *                then frees nothing (BAD_STATE recorded). So has a request's pull stream
+ *                (colibri_request_next; its other calls are thread-safe).
  *              - A session has a busy word: while one call runs on it, a call from another
  *                thread gets BAD_STATE "the session is in use by another thread", a call from
  *                inside one of its callbacks (colibri_piece_fn, colibri_expert_fn) gets
@@ -1038,7 +1039,8 @@ COLIBRI_API int32_t colibri_request_submit_chat(colibri_engine *engine, const co
  * timeout_ns < 0 waits as long as it takes; 0 only looks. A request that failed returns its
  * error (NON_FINITE, CONTEXT_FULL: the context filled up before max_tokens, OUT_OF_MEMORY:
  * its tokens outgrew the KV budget) once its pieces are read, then COLIBRI_DONE.
- * One thread at a time per request. */
+ * One thread at a time per request: a call while another thread's waits gets BAD_STATE
+ * ("... is in use by another thread"), and so does colibri_request_free (nothing freed). */
 COLIBRI_API int32_t colibri_request_next(colibri_request *request, int64_t timeout_ns, const char **piece,
                                          size_t *piece_size);
 
@@ -1084,7 +1086,8 @@ COLIBRI_API int32_t colibri_request_logprobs(const colibri_request *request, siz
                                              size_t capacity, size_t *count);
 
 /* Cancels the request if it is unfinished and frees the handle. NULL is a no-op. Not
- * concurrently with other calls on the request. */
+ * concurrently with other calls on the request (while a colibri_request_next runs on it,
+ * nothing is freed and BAD_STATE is recorded; see "Misuse"). */
 COLIBRI_API void colibri_request_free(colibri_request *request);
 
 #ifdef __cplusplus
