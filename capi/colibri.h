@@ -47,10 +47,11 @@
  *                handle, is read as it is: its tag is almost surely wrong (BAD_STATE), but the
  *                memory may have been reused or unmapped (then the read itself faults).
  *                Addresses below 64 KiB and misaligned ones are refused without a read.
+ *              - This holds for every handle type: model, session, stream, sampler, engine
+ *                and request.
  *              - Not caught: a handle freed by one thread while another thread's call on it
- *                (other than a session's, below) is running; a pointer into unmapped memory.
- *              - The same holds for engines and requests (colibri_engine_free,
- *                colibri_request_free) as for models, sessions, streams and samplers.
+ *                (other than those with a busy word, below) is running; a pointer into
+ *                unmapped memory.
  *              - A sampler has a busy word: a call on it while another thread's call runs gets
  *                BAD_STATE "the sampler is in use by another thread", and colibri_sampler_free
  *                then frees nothing (BAD_STATE recorded). So has a request's pull stream
@@ -87,7 +88,8 @@
  *  Threads     Stated per function. In short: the library functions are thread-safe; a model
  *              is immutable and may be shared by any number of threads and sessions; a session
  *              (and a stream or sampler) is used by one thread at a time (for sessions, their
- *              streams and samplers this is checked: see "Misuse"), and different
+ *              streams, samplers and a request's colibri_request_next this is checked: see
+ *              "Misuse"), and different
  *              sessions of one model run concurrently; callbacks run on the thread that made
  *              the call that invokes them, before that call returns.
  *
