@@ -47,13 +47,15 @@
  *                handle, is read as it is: its tag is almost surely wrong (BAD_STATE), but the
  *                memory may have been reused or unmapped (then the read itself faults).
  *                Addresses below 64 KiB and misaligned ones are refused without a read.
+ *              - This holds for every handle type: model, session, stream, sampler, engine
+ *                and request.
  *              - Not caught: a handle freed by one thread while another thread's call on it
- *                (other than a session's, below) is running; a pointer into unmapped memory.
- *              - The same holds for engines and requests (colibri_engine_free,
- *                colibri_request_free) as for models, sessions, streams and samplers.
+ *                (other than those with a busy word, below) is running; a pointer into
+ *                unmapped memory.
  *              - A sampler has a busy word: a call on it while another thread's call runs gets
  *                BAD_STATE "the sampler is in use by another thread", and colibri_sampler_free
- *                then frees nothing (BAD_STATE recorded).
+ *                then frees nothing (BAD_STATE recorded). So has a request's pull stream
+ *                (colibri_request_next; its other calls are thread-safe).
  *              - A session has a busy word: while one call runs on it, a call from another
  *                thread gets BAD_STATE "the session is in use by another thread", a call from
  *                inside one of its callbacks (colibri_piece_fn, colibri_expert_fn) gets
@@ -86,7 +88,8 @@
  *  Threads     Stated per function. In short: the library functions are thread-safe; a model
  *              is immutable and may be shared by any number of threads and sessions; a session
  *              (and a stream or sampler) is used by one thread at a time (for sessions, their
- *              streams and samplers this is checked: see "Misuse"), and different
+ *              streams, samplers and a request's colibri_request_next this is checked: see
+ *              "Misuse"), and different
  *              sessions of one model run concurrently; callbacks run on the thread that made
  *              the call that invokes them, before that call returns.
  *
@@ -1001,7 +1004,8 @@ typedef struct colibri_request_options {
                                  top_logprobs > 0 (an appended field, as is top_logprobs: a
                                  struct_size without them means 0) */
   uint32_t top_logprobs;      /* also record the top_logprobs most likely tokens at every
-                                 step. Default 0 (none). Range 0..COLIBRI_MAX_TOP_LOGPROBS */
+                                 step. Default 0 (none). Range 0..COLIBRI_MAX_TOP_LOGPROBS.
+                                 Cost: one pass over the vocabulary per token */
 } colibri_request_options;
 
 /* The most alternatives colibri_request_options.top_logprobs may ask for (OpenAI's limit). */
@@ -1046,7 +1050,8 @@ COLIBRI_API int32_t colibri_request_submit_chat(colibri_engine *engine, const co
  * timeout_ns < 0 waits as long as it takes; 0 only looks. A request that failed returns its
  * error (NON_FINITE, CONTEXT_FULL: the context filled up before max_tokens, OUT_OF_MEMORY:
  * its tokens outgrew the KV budget) once its pieces are read, then COLIBRI_DONE.
- * One thread at a time per request. */
+ * One thread at a time per request: a call while another thread's waits gets BAD_STATE
+ * ("... is in use by another thread"), and so does colibri_request_free (nothing freed). */
 COLIBRI_API int32_t colibri_request_next(colibri_request *request, int64_t timeout_ns, const char **piece,
                                          size_t *piece_size);
 
@@ -1092,7 +1097,8 @@ COLIBRI_API int32_t colibri_request_logprobs(const colibri_request *request, siz
                                              size_t capacity, size_t *count);
 
 /* Cancels the request if it is unfinished and frees the handle. NULL is a no-op. Not
- * concurrently with other calls on the request. */
+ * concurrently with other calls on the request (while a colibri_request_next runs on it,
+ * nothing is freed and BAD_STATE is recorded; see "Misuse"). */
 COLIBRI_API void colibri_request_free(colibri_request *request);
 
 #ifdef __cplusplus

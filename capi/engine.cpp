@@ -24,7 +24,11 @@ struct RequestHandle : HandleBase {
   std::shared_ptr<serving::Request> request;  // released by colibri_request_free
   std::string piece;        // the piece last returned by colibri_request_next
   bool error_reported = false;  // a failed request returned its error once
+  std::atomic<uintptr_t> reader{0};  // colibri_request_next's busy word (BusyUse)
 };
+
+// The noun of the request's busy word in messages.
+constexpr const char *kRequestReader = "request's pull stream (colibri_request_next)";
 
 COLIBRI_CAPI_HANDLE_CASTS(colibri_engine, EngineHandle)
 COLIBRI_CAPI_HANDLE_CASTS(colibri_request, RequestHandle)
@@ -234,6 +238,8 @@ COLIBRI_API int32_t colibri_request_next(colibri_request *request, int64_t timeo
     COLIBRI_REQUIRE_HANDLE(request, "request");
     COLIBRI_REQUIRE_ARG(piece && piece_size, "piece and piece_size must not be NULL");
     capi::RequestHandle *r = capi::impl(request);
+    capi::BusyUse reading(r->reader, capi::kRequestReader);  // one reader at a time
+    if (reading.status()) return reading.status();
     const std::chrono::nanoseconds wait(timeout_ns);
     const serving::Request::Poll poll = r->request->next(&r->piece, wait);
     *piece = r->piece.c_str();
@@ -312,7 +318,10 @@ COLIBRI_API int32_t colibri_request_logprobs(const colibri_request *request, siz
 
 COLIBRI_API void colibri_request_free(colibri_request *request) {
   capi::guard_void(__func__, [&] {
-    if (!request || !capi::claim_for_free(request, capi::HandleKind::Request, "request")) return;
+    // Not while a colibri_request_next waits on it (its busy word), and only once (its tag).
+    if (!request || capi::check(request, "request")) return;  // a misuse is recorded in the last error
+    if (!capi::claim_busy_for_free(capi::impl(request)->reader, capi::kRequestReader)) return;
+    if (!capi::claim_for_free(request, capi::HandleKind::Request, "request")) return;
     capi::RequestHandle *r = capi::impl(request);
     r->request->cancel();
     r->request.reset();

@@ -116,8 +116,10 @@ func TestEngineConcurrentRequestsEqualSessions(t *testing.T) {
 // outlive the engine.
 func TestEngineCancelBusyTimeoutPrefix(t *testing.T) {
 	m := openModel(t)
-	e := newEngine(t, m, EngineOptions{MaxSequences: 1, QueueCapacity: 1})
-	long := RequestOptions{MaxTokens: 40, IgnoreEOS: true}
+	// One slot, and a context long enough that a (the slot holder) runs for many milliseconds:
+	// b's cancellation lands while b still waits, even on a loaded machine.
+	e := newEngine(t, m, EngineOptions{MaxSequences: 1, QueueCapacity: 1, ContextLength: 1024})
+	long := RequestOptions{MaxTokens: 900, IgnoreEOS: true}
 	a, err := e.SubmitTokens(fixture.oracle.InputIDs, long)
 	if err != nil {
 		t.Fatal(err)
@@ -141,8 +143,8 @@ func TestEngineCancelBusyTimeoutPrefix(t *testing.T) {
 	if _, err := collect(t, context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
-	// b may have had the slot for a few tokens (a can finish first on a fast machine); it must
-	// end cancelled, short of its limit.
+	// b may have had the slot for a few tokens (if a finished first on a loaded machine); it
+	// must end cancelled, short of its limit.
 	if res, _ := b.Result(); res.FinishReason != FinishCancelled || res.GeneratedTokens >= long.MaxTokens {
 		t.Fatalf("b: %+v", res)
 	}

@@ -11,8 +11,11 @@ void compute_logprobs(const float *logits, size_t vocab, int32_t token, uint32_t
   // log p_i = x_i - max - log(sum_j exp(x_j - max)): subtracting the max keeps exp in range.
   float max = logits[0];
   for (size_t i = 1; i < vocab; ++i) max = logits[i] > max ? logits[i] : max;
+  // fp32 exponentials, summed in double. This pass runs per token on the scheduler thread:
+  // expf took 0.37 ms for a 151936-entry row where double exp took 0.57 (one core of the
+  // development VM, -O2, best of 20).
   double sum = 0.0;
-  for (size_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - max));
+  for (size_t i = 0; i < vocab; ++i) sum += static_cast<double>(std::exp(logits[i] - max));
   const float log_normaliser = max + static_cast<float>(std::log(sum));
   auto logprob = [&](size_t i) {
     const float lp = logits[i] - log_normaliser;

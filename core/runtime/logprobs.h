@@ -20,7 +20,8 @@ inline constexpr uint32_t kMaxTopLogprobs = 20;
 // For logits[0..vocab) (finite: the caller sampled from this row already, and the sampler
 // refuses a row with NaN or +inf): *chosen = {token, log p(token)}, top[0..n) the n =
 // min(top_count, vocab) most likely tokens, most likely first, equal logits the lower id
-// first. fp32 logits, the normaliser log(sum exp(x - max)) accumulated in double. top_count
+// first. fp32 arithmetic, the normaliser's sum of exp(x - max) accumulated in double; one
+// pass over the row (plus a short insertion for the top N). top_count
 // <= kMaxTopLogprobs; top may be null when top_count is 0. Allocates nothing.
 void compute_logprobs(const float *logits, size_t vocab, int32_t token, uint32_t top_count, TokenLogprob *chosen,
                       TokenLogprob *top);

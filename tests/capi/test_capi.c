@@ -1038,11 +1038,12 @@ static void test_misuse(const char *tmpdir) {
     CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "is a colibri_engine handle, not a colibri_request"));
     CHECK_STATUS(colibri_engine_get_stats((colibri_engine *)session, &st), COLIBRI_ERROR_BAD_STATE);
     CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "is a colibri_session handle, not a colibri_engine"));
-    CHECK_STATUS(colibri_request_submit((colibri_engine *)request, prompt, 3, NULL, &request), COLIBRI_ERROR_BAD_STATE);
-    CHECK(request == NULL); /* out parameter cleared on failure */
-    CHECK_OK(colibri_request_submit(engine, prompt, 3, NULL, &request));
-    colibri_request_free(request);
-    CHECK(last_error_has(COLIBRI_OK, ""));
+    {
+      colibri_request *other = (colibri_request *)1;
+      CHECK_STATUS(colibri_request_submit((colibri_engine *)request, prompt, 3, NULL, &other), COLIBRI_ERROR_BAD_STATE);
+      CHECK(other == NULL); /* out parameter cleared on failure */
+    }
+    colibri_request_free(request); /* frees: leaves the last error as it was */
     colibri_request_free(request);
     CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "was already freed"));
     CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "colibri_request_free"));
@@ -1050,6 +1051,8 @@ static void test_misuse(const char *tmpdir) {
     CHECK_STATUS(colibri_request_next(request, 0, &piece, &count), COLIBRI_ERROR_BAD_STATE);
     CHECK_STATUS(colibri_request_tokens(request, ids, 4, &count), COLIBRI_ERROR_BAD_STATE);
     CHECK_STATUS(colibri_request_get_result(request, &rr), COLIBRI_ERROR_BAD_STATE);
+    CHECK_STATUS(colibri_request_logprobs(request, 0, NULL, NULL, 0, &count), COLIBRI_ERROR_BAD_STATE);
+    CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "was already freed"));
     colibri_engine_free(engine); /* frees: leaves the last error as it was */
     colibri_engine_free(engine);
     CHECK(last_error_has(COLIBRI_ERROR_BAD_STATE, "after colibri_engine_free; nothing was freed"));

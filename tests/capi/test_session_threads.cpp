@@ -2,7 +2,8 @@
 // second thread's calls are refused with BAD_STATE "in use by another thread" while the first
 // thread's call runs, a free from the second thread is refused, and a storm of calls from
 // four threads on one session gives only OK, BAD_STATE or CONTEXT_FULL, never a crash or an
-// abort in the engine. The same for a sampler shared by four threads (its busy word). Linked
+// abort in the engine. The same for a sampler shared by four threads, and a request read by
+// two (their busy words). Linked
 // against libcolibri.so and colibri.h only.
 //
 // Usage: test_session_threads IMAGE
@@ -194,6 +195,66 @@ void sampler_storm() {
   EXPECT(last_error().find("already freed") != std::string::npos);
 }
 
+// A request read by two threads (its pull stream's busy word): while thread A waits in
+// colibri_request_next, thread B's next and free are refused with BAD_STATE; cancel (thread-
+// safe) ends A's wait. The request waits behind a 16000-token one in a one-slot engine, so A's
+// wait outlasts any scheduling delay of a loaded machine.
+void request_two_readers(colibri_model *model) {
+  colibri_engine_options eo;
+  colibri_engine_options_init(&eo, sizeof eo);
+  eo.max_sequences = 1;
+  eo.context_length = 16384;
+  eo.step_tokens = 16;
+  colibri_engine *engine = nullptr;
+  EXPECT(colibri_engine_create(model, &eo, &engine) == COLIBRI_OK);
+  if (!engine) return;
+  colibri_request_options ro;
+  colibri_request_options_init(&ro, sizeof ro);
+  ro.max_tokens = 16000;
+  ro.ignore_eos = 1;
+  const int32_t prompt[] = {1, 5, 6};
+  colibri_request *holder = nullptr, *waiting = nullptr;
+  EXPECT(colibri_request_submit(engine, prompt, 3, &ro, &holder) == COLIBRI_OK);
+  EXPECT(colibri_request_submit(engine, prompt, 3, &ro, &waiting) == COLIBRI_OK);
+  if (!holder || !waiting) return;
+  std::atomic<bool> a_calling{false};
+  std::atomic<int32_t> a_status{COLIBRI_ERROR_INTERNAL};
+  std::thread a([&] {
+    const char *piece;
+    size_t size;
+    a_calling.store(true);
+    a_status.store(colibri_request_next(waiting, -1, &piece, &size));  // waits: no slot yet
+  });
+  while (!a_calling.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // B: until A is inside its wait, B's own zero-timeout look succeeds (PENDING).
+  bool refused = false;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < give_up) {
+    const char *piece;
+    size_t size;
+    const int32_t s = colibri_request_next(waiting, 0, &piece, &size);
+    if (s == COLIBRI_ERROR_BAD_STATE) refused = last_error().find("is in use by another thread") != std::string::npos;
+    if (s != COLIBRI_PENDING) {
+      if (!refused) std::fprintf(stderr, "request_two_readers: status %d: %s\n", s, last_error().c_str());
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT(refused);
+  colibri_request_free(waiting);  // refused while A waits
+  EXPECT(last_error().find("nothing was freed") != std::string::npos);
+  EXPECT(colibri_request_cancel(waiting) == COLIBRI_OK);  // thread-safe: ends A's wait
+  a.join();
+  EXPECT(a_status.load() == COLIBRI_DONE);
+  const char *piece;
+  size_t size;
+  EXPECT(colibri_request_next(waiting, 0, &piece, &size) == COLIBRI_DONE);
+  colibri_request_free(waiting);
+  EXPECT(colibri_request_cancel(waiting) == COLIBRI_ERROR_BAD_STATE);  // freed now
+  colibri_request_free(holder);
+  colibri_engine_free(engine);
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -209,6 +270,7 @@ int main(int argc, char **argv) {
   second_thread_is_refused(model);
   storm(model);
   sampler_storm();
+  request_two_readers(model);
   colibri_model_close(model);
   std::printf("test_session_threads: %d failures\n", g_failures);
   return g_failures == 0 ? 0 : 1;
