@@ -1,0 +1,57 @@
+// kernels/cuda/common.cuh — device helpers shared by the kernels: weight decoding (f32, f16,
+// bf16 to fp32 in registers), warp and block reductions, the launch-status check.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/device_api.h"
+
+namespace colibri::cuda::detail {
+
+inline constexpr unsigned kFullMask = 0xffffffffu;
+inline constexpr int kWarp = 32;
+// Warps per block of the row kernels (one warp per output row).
+inline constexpr int kRowWarps = 4;
+inline constexpr uint32_t kMaxTokens = COLIBRI_DEVICE_MAX_CHUNK_TOKENS;
+
+template <uint32_t kDtype>
+__device__ __forceinline__ float load_weight(const unsigned char *row, uint32_t i) {
+  if constexpr (kDtype == COLIBRI_DEVICE_DTYPE_F16)
+    return __half2float(reinterpret_cast<const __half *>(row)[i]);
+  else if constexpr (kDtype == COLIBRI_DEVICE_DTYPE_BF16)
+    return __bfloat162float(reinterpret_cast<const __nv_bfloat16 *>(row)[i]);
+  else
+    return reinterpret_cast<const float *>(row)[i];
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullMask, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
+  return v;
+}
+
+// Block-wide sum or max (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+template <bool kMax>
+__device__ float block_reduce(float v) {
+  __shared__ float partial[32];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
+  v = kMax ? warp_max(v) : warp_sum(v);
+  __syncthreads();  // partial may still be read by a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  float r = lane < warps ? partial[lane] : (kMax ? -INFINITY : 0.0f);
+  r = kMax ? warp_max(r) : warp_sum(r);
+  return r;
+}
+
+inline unsigned row_blocks(uint32_t rows) { return (rows + kRowWarps - 1) / kRowWarps; }
+
+}  // namespace colibri::cuda::detail
