@@ -374,6 +374,14 @@ int32_t context_create_impl(const colibri_device_model *model, const colibri_dev
   }
   c.max_pairs = static_cast<uint32_t>(T * K);
   c.chunks = (s.max_batch_tokens + kMaxChunk - 1) / kMaxChunk;
+  // The KV cache in double first: a product of the limits could overflow 64 bits.
+  const double kv_bytes_wanted = 2.0 * static_cast<double>(m.layer_count) * s.max_sequences * s.context_length *
+                                 static_cast<double>(KV) * (s.kv_f16 ? 2 : 4);
+  if (kv_bytes_wanted > 1e18)
+    return write_message(message, message_size, COLIBRI_DEVICE_ERROR_OUT_OF_MEMORY,
+                         "not enough device memory on cuda:%u: the KV cache alone would need %.3g bytes; lower "
+                         "context_length or max_sequences",
+                         s.device_index, kv_bytes_wanted);
   const size_t kv_at = plan.take(2ull * m.layer_count * s.max_sequences * s.context_length * KV * (s.kv_f16 ? 2 : 4));
   c.kv_bytes = plan.end - kv_at;
   struct FloatBuffer {
