@@ -9,7 +9,7 @@ module=${2:-}
 pattern='libcuda|libcudart|libcublas|libnvrtc|libnvidia|libcolibri_cuda'
 status=0
 needed=$(readelf -d "$lib" | awk '/\(NEEDED\)/ {print $NF}' | tr -d '[]')
-echo "$lib needs: $(echo $needed)"
+echo "$lib needs: $(tr '\n' ' ' <<<"$needed")"
 if grep -Eq "$pattern" <<<"$needed"; then
   echo "FAIL: $lib has a DT_NEEDED on a CUDA library" >&2
   status=1
@@ -22,14 +22,14 @@ if ldd "$lib" | grep -Eq "$pattern"; then
 fi
 if [[ -n $module ]]; then
   mneeded=$(readelf -d "$module" | awk '/\(NEEDED\)/ {print $NF}' | tr -d '[]')
-  echo "$module needs: $(echo $mneeded)"
+  echo "$module needs: $(tr '\n' ' ' <<<"$mneeded")"
   if grep -Eq 'libcudart|libcublas|libstdc\+\+' <<<"$mneeded"; then
     echo "FAIL: $module links the CUDA runtime or libstdc++ dynamically" >&2
     status=1
   fi
   exports=$(nm -D --defined-only "$module" | awk '{print $NF}')
   if [[ $exports != colibri_device_api_get ]]; then
-    echo "FAIL: $module exports more than colibri_device_api_get: $(echo $exports | head -c 300)" >&2
+    echo "FAIL: $module exports more than colibri_device_api_get: $(tr '\n' ' ' <<<"$exports")" >&2
     status=1
   fi
 fi

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh OUT_DIR [--bench-shape medium|small] [--no-device]
+#
+# Every check of the CUDA backend that needs a GPU, in one run (issue 22; docs/performance.md,
+# "CUDA"): configures and builds with CUDA (-DCOLIBRI_CUDA=ON, warnings as errors), runs every
+# CUDA test (ctest -L cuda plus the C API device tests) and the GPU benchmark (bench/cuda_bench:
+# decode batch 1 and 8, pp512, % of the HBM roofline), and writes the figures to
+# OUT_DIR/gpu-check.md (plus the logs beside it). Meant to finish in under 8 minutes on an H200.
+#
+#   --bench-shape medium   (default) Mixtral-8x7B layer shape, 2 layers, bf16 (~5.7 GB)
+#   --bench-shape small    a 1024-hidden model: seconds, for a smoke run
+#   --no-device            a machine without a GPU: build, check that the device tests skip
+#                          ("no CUDA device: skipped") and that the no-device test passes; no
+#                          benchmark. Without this flag a missing GPU is an error (exit 3).
+#
+# Exit: 0 all passed; 1 a build, test or benchmark failed; 2 usage; 3 no GPU (without --no-device).
+# Scratch (the build tree build-gpu/, the benchmark images) stays out of OUT_DIR; only the
+# figures and logs go there (a few small files).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+root=$(pwd)
+
+out=""
+shape=medium
+no_device=0
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --bench-shape)
+      [[ $# -ge 2 && ( $2 == medium || $2 == small ) ]] || { echo "gpu-check: --bench-shape medium|small" >&2; exit 2; }
+      shape=$2
+      shift 2
+      ;;
+    --no-device) no_device=1; shift ;;
+    -*) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
+    *)
+      [[ -z $out ]] || { echo "gpu-check: one OUT_DIR" >&2; exit 2; }
+      out=$1
+      shift
+      ;;
+  esac
+done
+[[ -n $out ]] || { echo "usage: scripts/gpu-check.sh OUT_DIR [--bench-shape medium|small] [--no-device]" >&2; exit 2; }
+mkdir -p "$out" || exit 2
+out=$(cd "$out" && pwd)
+build=$root/build-gpu
+scratch=${TMPDIR:-/tmp}/colibri-gpu-check
+mkdir -p "$scratch"
+report=$out/gpu-check.md
+jobs=$(nproc)
+status=0
+start=$(date +%s)
+
+say() { echo "$*" | tee -a "$report"; }
+: >"$report"
+say "# gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+say ""
+say "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+  say "- device: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)"
+  have_gpu=1
+else
+  say "- device: none (nvidia-smi missing or finds no GPU)"
+  have_gpu=0
+fi
+if ((have_gpu == 0 && no_device == 0)); then
+  say ""
+  say "no GPU on this machine: run with --no-device for the build and skip checks only"
+  exit 3
+fi
+
+# 1. Configure and build with CUDA (only what the checks need).
+t0=$(date +%s)
+if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLIBRI_WERROR=ON -DCOLIBRI_CUDA=ON \
+    >"$out/configure.log" 2>&1; then
+  say "- configure: FAILED (configure.log)"
+  exit 1
+fi
+targets=(colibri colibri_cuda colibri-model test_device_capi test_cuda_device cuda_bench)
+if ! cmake --build "$build" -j"$jobs" --target "${targets[@]}" >"$out/build.log" 2>&1; then
+  say "- build: FAILED (build.log)"
+  tail -30 "$out/build.log"
+  exit 1
+fi
+say "- build (configure + ${targets[*]}, -j$jobs): $(( $(date +%s) - t0 )) s"
+
+# 2. The tests: the C API device tests and every test labelled cuda.
+t0=$(date +%s)
+ctest --test-dir "$build" -R '^(cuda: |capi: convert the oracle fixture)' --output-on-failure -j"$jobs" \
+  >"$out/ctest.log" 2>&1
+ctest_rc=$?
+passed=$(grep -c ' Passed ' "$out/ctest.log")
+skipped=$(grep -c '\*\*\*Skipped' "$out/ctest.log")
+failed=$(grep -Ec '\*\*\*Failed|\*\*\*Exception|\*\*\*Timeout|Not Run' "$out/ctest.log")
+say "- tests: $passed passed, $failed failed, $skipped skipped ($(( $(date +%s) - t0 )) s; ctest.log)"
+if ((ctest_rc != 0 || failed != 0)); then
+  status=1
+  grep -E '\*\*\*Failed|\*\*\*Exception|\*\*\*Timeout' "$out/ctest.log" | tee -a "$report"
+fi
+if ((have_gpu)); then
+  # On a GPU only the no-device test may skip; a device test that skips did not find the GPU.
+  unexpected=$(grep '\*\*\*Skipped' "$out/ctest.log" | grep -v 'without a device is UNSUPPORTED' || true)
+  if [[ -n $unexpected ]]; then
+    say "- FAILED: device tests skipped on a GPU machine:"
+    say "$unexpected"
+    status=1
+  fi
+else
+  # Without a GPU every device test must skip with the message, and the no-device test pass.
+  if ! grep -q 'no CUDA device: skipped' "$out/ctest.log"; then
+    say "- FAILED: the device tests did not print 'no CUDA device: skipped'"
+    status=1
+  fi
+  if ! grep -E 'without a device is UNSUPPORTED.* Passed' "$out/ctest.log" >/dev/null; then
+    say "- FAILED: the no-device test did not pass"
+    status=1
+  fi
+fi
+
+# 3. The benchmark (GPU only).
+if ((have_gpu)); then
+  t0=$(date +%s)
+  say ""
+  say "## cuda_bench (--shape $shape, bf16)"
+  say ""
+  if timeout 300 "$build/bench/cuda_bench" --make "$scratch" --shape "$shape" --dtype bf16 --reps 3 \
+      --out "$out/bench.md" >"$out/bench.log" 2>&1; then
+    cat "$out/bench.md" >>"$report"
+    cat "$out/bench.md"
+    say ""
+    say "- benchmark: $(( $(date +%s) - t0 )) s (bench.log)"
+  else
+    say "- benchmark: FAILED or timed out after $(( $(date +%s) - t0 )) s (bench.log)"
+    tail -20 "$out/bench.log"
+    status=1
+  fi
+fi
+
+say ""
+say "- total: $(( $(date +%s) - start )) s; status $status"
+exit $status
