@@ -136,6 +136,7 @@ struct Context {
 
   ~Context() {
     // Teardown: errors cannot be reported from here and change nothing for the caller.
+    if (stream) (void)cudaSetDevice(static_cast<int>(session.device_index));
     if (graph_exec) (void)cudaGraphExecDestroy(graph_exec);
     if (graph) (void)cudaGraphDestroy(graph);
     if (stream) (void)cudaStreamSynchronize(stream);
