@@ -26,6 +26,38 @@ __device__ __forceinline__ float load_weight(const unsigned char *row, uint32_t 
     return reinterpret_cast<const float *>(row)[i];
 }
 
+template <uint32_t kDtype>
+inline constexpr uint32_t kWeightBytes = kDtype == COLIBRI_DEVICE_DTYPE_F32 ? 4 : 2;
+
+// The vector path of the row kernels: 8 weights per lane per step, loaded 16 bytes at a time
+// (f16/bf16: one 16-byte load; f32: two), so that a warp reads 256 or 512 contiguous bytes
+// per step. Needs cols % 8 == 0 (rows then start on 16-byte boundaries: the arena aligns each
+// tensor to 256 bytes); other widths take the scalar path.
+inline constexpr uint32_t kVector = 8;
+
+template <uint32_t kDtype>
+__device__ __forceinline__ void load_weights8(const unsigned char *p, float (&w)[kVector]) {
+  if constexpr (kDtype == COLIBRI_DEVICE_DTYPE_F32) {
+    const float4 a = reinterpret_cast<const float4 *>(p)[0], b = reinterpret_cast<const float4 *>(p)[1];
+    w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+  } else {
+    const uint4 raw = *reinterpret_cast<const uint4 *>(p);
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const unsigned short lo = static_cast<unsigned short>(words[i] & 0xffffu);
+      const unsigned short hi = static_cast<unsigned short>(words[i] >> 16);
+      if constexpr (kDtype == COLIBRI_DEVICE_DTYPE_F16) {
+        w[2 * i] = __half2float(__ushort_as_half(lo));
+        w[2 * i + 1] = __half2float(__ushort_as_half(hi));
+      } else {
+        w[2 * i] = __bfloat162float(__ushort_as_bfloat16(lo));
+        w[2 * i + 1] = __bfloat162float(__ushort_as_bfloat16(hi));
+      }
+    }
+  }
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullMask, v, offset);

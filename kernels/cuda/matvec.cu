@@ -3,7 +3,7 @@
 // active expert of a layer in one launch (fused gate+up+SiLU·mul, then down with the routing
 // weight in the epilogue). One warp per output row; each weight row is read once for all the
 // chunk's tokens (≤ 8 accumulators per lane), fp32 accumulation, lanes striding the columns so
-// that a warp's loads are contiguous.
+// that a warp's loads are contiguous (16-byte loads of 8 weights where the width allows).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
 
@@ -21,11 +21,25 @@ __global__ void matvec_kernel(const unsigned char *w, uint64_t row_bytes, uint32
   if (row >= rows) return;
   const unsigned char *wr = w + row * row_bytes;
   float acc[kMaxTokens] = {};
-  for (uint32_t c = lane; c < cols; c += kWarp) {
-    const float wv = load_weight<kDtype>(wr, c);
+  if (cols % kVector == 0) {
+    for (uint32_t c = lane * kVector; c < cols; c += kWarp * kVector) {
+      float wv[kVector];
+      load_weights8<kDtype>(wr + static_cast<size_t>(c) * kWeightBytes<kDtype>, wv);
 #pragma unroll
-    for (uint32_t t = 0; t < kMaxTokens; ++t)
-      if (t < tokens) acc[t] += wv * x[static_cast<size_t>(t) * x_stride + c];
+      for (uint32_t t = 0; t < kMaxTokens; ++t)
+        if (t < tokens) {
+          const float *xt = x + static_cast<size_t>(t) * x_stride + c;
+#pragma unroll
+          for (uint32_t j = 0; j < kVector; ++j) acc[t] += wv[j] * xt[j];
+        }
+    }
+  } else {
+    for (uint32_t c = lane; c < cols; c += kWarp) {
+      const float wv = load_weight<kDtype>(wr, c);
+#pragma unroll
+      for (uint32_t t = 0; t < kMaxTokens; ++t)
+        if (t < tokens) acc[t] += wv * x[static_cast<size_t>(t) * x_stride + c];
+    }
   }
 #pragma unroll
   for (uint32_t t = 0; t < kMaxTokens; ++t) {
@@ -68,15 +82,33 @@ __global__ void experts_gate_up_kernel(const unsigned char *gate, const unsigned
 #pragma unroll
   for (uint32_t i = 0; i < kMaxTokens; ++i) token[i] = i < n ? g.pair[first + i] / top_k : 0;
   float ga[kMaxTokens] = {}, ua[kMaxTokens] = {};
-  for (uint32_t c = lane; c < hidden; c += kWarp) {
-    const float gv = load_weight<kDtype>(gr, c), uv = load_weight<kDtype>(ur, c);
+  if (hidden % kVector == 0) {
+    for (uint32_t c = lane * kVector; c < hidden; c += kWarp * kVector) {
+      float gv[kVector], uv[kVector];
+      load_weights8<kDtype>(gr + static_cast<size_t>(c) * kWeightBytes<kDtype>, gv);
+      load_weights8<kDtype>(ur + static_cast<size_t>(c) * kWeightBytes<kDtype>, uv);
 #pragma unroll
-    for (uint32_t i = 0; i < kMaxTokens; ++i)
-      if (i < n) {
-        const float xv = x[static_cast<size_t>(token[i]) * hidden + c];
-        ga[i] += gv * xv;
-        ua[i] += uv * xv;
-      }
+      for (uint32_t i = 0; i < kMaxTokens; ++i)
+        if (i < n) {
+          const float *xt = x + static_cast<size_t>(token[i]) * hidden + c;
+#pragma unroll
+          for (uint32_t j = 0; j < kVector; ++j) {
+            ga[i] += gv[j] * xt[j];
+            ua[i] += uv[j] * xt[j];
+          }
+        }
+    }
+  } else {
+    for (uint32_t c = lane; c < hidden; c += kWarp) {
+      const float gv = load_weight<kDtype>(gr, c), uv = load_weight<kDtype>(ur, c);
+#pragma unroll
+      for (uint32_t i = 0; i < kMaxTokens; ++i)
+        if (i < n) {
+          const float xv = x[static_cast<size_t>(token[i]) * hidden + c];
+          ga[i] += gv * xv;
+          ua[i] += uv * xv;
+        }
+    }
   }
 #pragma unroll
   for (uint32_t i = 0; i < kMaxTokens; ++i) {
@@ -103,11 +135,25 @@ __global__ void experts_down_kernel(const unsigned char *down, uint64_t row_byte
 #pragma unroll
   for (uint32_t i = 0; i < kMaxTokens; ++i) pair[i] = i < n ? g.pair[first + i] : 0;
   float acc[kMaxTokens] = {};
-  for (uint32_t c = lane; c < ffn; c += kWarp) {
-    const float dv = load_weight<kDtype>(dr, c);
+  if (ffn % kVector == 0) {
+    for (uint32_t c = lane * kVector; c < ffn; c += kWarp * kVector) {
+      float dv[kVector];
+      load_weights8<kDtype>(dr + static_cast<size_t>(c) * kWeightBytes<kDtype>, dv);
 #pragma unroll
-    for (uint32_t i = 0; i < kMaxTokens; ++i)
-      if (i < n) acc[i] += dv * h[static_cast<size_t>(pair[i]) * ffn + c];
+      for (uint32_t i = 0; i < kMaxTokens; ++i)
+        if (i < n) {
+          const float *ht = h + static_cast<size_t>(pair[i]) * ffn + c;
+#pragma unroll
+          for (uint32_t j = 0; j < kVector; ++j) acc[i] += dv[j] * ht[j];
+        }
+    }
+  } else {
+    for (uint32_t c = lane; c < ffn; c += kWarp) {
+      const float dv = load_weight<kDtype>(dr, c);
+#pragma unroll
+      for (uint32_t i = 0; i < kMaxTokens; ++i)
+        if (i < n) acc[i] += dv * h[static_cast<size_t>(pair[i]) * ffn + c];
+    }
   }
 #pragma unroll
   for (uint32_t i = 0; i < kMaxTokens; ++i) {
