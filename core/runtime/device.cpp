@@ -184,9 +184,10 @@ DeviceSession::~DeviceSession() {
   if (api_ && context_) api_->context_free(context_);
 }
 
-Error DeviceSession::forward(const colibri_device_entry *entries, size_t count, float *logits, size_t *logit_rows) {
+Error DeviceSession::forward(const colibri_device_entry *entries, size_t count, float *logits, size_t *logit_rows,
+                             uint64_t *stage_ns) {
   char message[kMessageBytes] = {};
-  if (int32_t st = api_->forward(context_, entries, count, logits, logit_rows, message, sizeof message))
+  if (int32_t st = api_->forward(context_, entries, count, logits, logit_rows, stage_ns, message, sizeof message))
     return from_device_status(st, message);
   return {};
 }

@@ -55,8 +55,9 @@ class DeviceSession {
   DeviceSession(const DeviceSession &) = delete;
   DeviceSession &operator=(const DeviceSession &) = delete;
 
-  // entries were checked by the session; logits [max_logit_rows, vocab].
-  Error forward(const colibri_device_entry *entries, size_t count, float *logits, size_t *logit_rows);
+  // entries were checked by the session; logits [max_logit_rows, vocab]. Adds the device time
+  // of each stage (CUDA events) to stage_ns[COLIBRI_DEVICE_STAGE_COUNT].
+  Error forward(const colibri_device_entry *entries, size_t count, float *logits, size_t *logit_rows, uint64_t *stage_ns);
   colibri_device_context_info info() const;
   // "cuda:N".
   const std::string &name() const { return name_; }

@@ -270,10 +270,13 @@ Error Session::forward_on_device(const BatchEntry *entries, size_t count) {
                                               "(colibri_session_set_expert_fn): use a CPU session");
   for (size_t i = 0; i < count; ++i)
     device_entries_[i] = {entries[i].sequence, entries[i].position, entries[i].token, entries[i].want_logits};
-  // The stage times stay zero on a device: the per-stage split of a device pass (CUDA events
-  // per stage) is not implemented yet; the module keeps the pass's device time (info()).
+  // The stage times of a device pass are device time between CUDA events placed between the
+  // stages' kernels (the same stages as on the CPU).
+  static_assert(static_cast<uint32_t>(Stage::Count) == COLIBRI_DEVICE_STAGE_COUNT &&
+                static_cast<uint32_t>(Stage::Router) == COLIBRI_DEVICE_STAGE_ROUTER &&
+                static_cast<uint32_t>(Stage::LmHead) == COLIBRI_DEVICE_STAGE_LM_HEAD);
   size_t rows = 0;
-  if (Error e = device_->forward(device_entries_.data(), count, logits_.data(), &rows)) return e;
+  if (Error e = device_->forward(device_entries_.data(), count, logits_.data(), &rows, stats_.stage_ns)) return e;
   logit_rows_ = rows;
   for (size_t i = 0; i < count; ++i)
     sequence_lengths_[entries[i].sequence] = std::max(sequence_lengths_[entries[i].sequence], entries[i].position + 1);

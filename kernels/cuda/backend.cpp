@@ -31,6 +31,9 @@ constexpr size_t kStagingBytes = 32u << 20;  // per half of the double-buffered 
 // Left free on the device beyond the plan: the CUDA context, the graph, the allocator's slack.
 constexpr uint64_t kDeviceReserveBytes = 512ull << 20;
 constexpr uint32_t kMaxChunk = COLIBRI_DEVICE_MAX_CHUNK_TOKENS;
+constexpr uint32_t kNoStage = 0xffffffffu;
+// Timing events of one context at most (a long prefill harvests them chunk by chunk).
+constexpr size_t kMaxMarks = 4096;
 
 int32_t write_message(char *message, size_t size, int32_t status, const char *format, ...)
     __attribute__((format(printf, 4, 5)));
@@ -129,6 +132,15 @@ struct Context {
   uint32_t max_pairs = 0;        // 8 · top_k
   StepParams *params_host = nullptr;  // pinned [chunks]
   float *logits_host = nullptr;       // pinned [max_logit_rows, vocab]
+  // Stage timing: events recorded between the stages' kernels, marks[i] closing stage
+  // mark_stage[i] (kNoStage: a chunk's start). Harvested after a sync, or when full.
+  std::vector<cudaEvent_t> marks;
+  std::vector<uint32_t> mark_stage;
+  size_t mark_count = 0;
+  size_t marks_per_chunk = 0;
+  size_t graph_mark_count = 0;  // marks the captured decode step records (indices 0..n-1)
+  std::vector<uint32_t> graph_mark_stage;
+  bool marks_in_graph = true;   // false when a capture with event-record nodes failed
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t graph_exec = nullptr;
   uint64_t graph_launches = 0, eager_steps = 0;
@@ -143,6 +155,8 @@ struct Context {
     if (arena) (void)cudaFree(arena);
     if (params_host) (void)cudaFreeHost(params_host);
     if (logits_host) (void)cudaFreeHost(logits_host);
+    for (cudaEvent_t e : marks)
+      if (e) (void)cudaEventDestroy(e);
     if (start) (void)cudaEventDestroy(start);
     if (stop) (void)cudaEventDestroy(stop);
     if (stream) (void)cudaStreamDestroy(stream);
@@ -330,6 +344,13 @@ int32_t context_create_impl(const colibri_device_model *model, const colibri_dev
   COLIBRI_CUDA_CHECK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking), "the session's stream");
   COLIBRI_CUDA_CHECK(cudaEventCreate(&c.start), "timing events");
   COLIBRI_CUDA_CHECK(cudaEventCreate(&c.stop), "timing events");
+  // A chunk's marks: its start, the embedding, per layer up to 6 (attention, FFN norm,
+  // router, top-k, dispatch, experts, merge: 7 for an MoE layer), the LM head.
+  c.marks_per_chunk = 3 + 7 * static_cast<size_t>(m.layer_count);
+  const size_t mark_capacity = std::max(c.marks_per_chunk, std::min(kMaxMarks, c.marks_per_chunk * 8));
+  c.marks.assign(mark_capacity, nullptr);
+  c.mark_stage.assign(mark_capacity, kNoStage);
+  for (cudaEvent_t &e : c.marks) COLIBRI_CUDA_CHECK(cudaEventCreate(&e), "stage timing events");
 
   // Plan: weights, KV cache, buffers.
   Planner plan;
@@ -447,6 +468,30 @@ int32_t context_create_impl(const colibri_device_model *model, const colibri_dev
 
 // ---- the pass ---------------------------------------------------------------------------------
 
+// Records the next timing mark: the time since the previous mark belongs to `stage`.
+cudaError_t mark(Context &c, uint32_t stage) {
+  if (c.mark_count >= c.marks.size()) return cudaSuccess;  // cannot happen: sized per chunk and harvested
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (!c.marks_in_graph && cudaStreamIsCapturing(c.stream, &capturing) == cudaSuccess &&
+      capturing == cudaStreamCaptureStatusActive)
+    return cudaSuccess;
+  c.mark_stage[c.mark_count] = stage;
+  return cudaEventRecord(c.marks[c.mark_count++], c.stream);
+}
+
+// After the stream has reached every mark: adds the time between consecutive marks to their
+// stages. A pair that cannot be timed adds nothing (timing never fails a pass).
+void harvest(Context &c, uint64_t *stage_ns) {
+  for (size_t i = 1; i < c.mark_count && stage_ns; ++i) {
+    if (c.mark_stage[i] == kNoStage) continue;
+    float ms = 0.0f;
+    if (cudaEventElapsedTime(&ms, c.marks[i - 1], c.marks[i]) == cudaSuccess && ms > 0.0f)
+      stage_ns[c.mark_stage[i]] += static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
+  }
+  (void)cudaGetLastError();  // an untimed pair leaves no sticky status behind
+  c.mark_count = 0;
+}
+
 // Enqueues one chunk of `tokens` tokens (parameters at params) on the stream; lm_head: the
 // final norm and the logits of every token of the chunk into b.logits.
 int32_t enqueue_step(Context &c, const StepParams *params, uint32_t tokens, bool lm_head, char *message,
@@ -466,8 +511,10 @@ int32_t enqueue_step(Context &c, const StepParams *params, uint32_t tokens, bool
     return matvec(w.data, w.dtype, w.row_bytes, static_cast<uint32_t>(w.rows), static_cast<uint32_t>(w.cols), x, x_stride,
                   T, y, y_stride, bias && bias->present ? bias->data : nullptr, accumulate, st);
   };
+  COLIBRI_CUDA_CHECK(mark(c, kNoStage), "stage timing");
   // 1. Token embeddings into the residual stream x [T, H].
   COLIBRI_CUDA_CHECK(embed(c.embedding.data, c.embedding.dtype, c.embedding.row_bytes, H, params, T, b.x, st), "embedding");
+  COLIBRI_CUDA_CHECK(mark(c, COLIBRI_DEVICE_STAGE_EMBEDDING), "stage timing");
   for (uint32_t l = 0; l < L; ++l) {
     const DeviceLayer &w = c.layers[l];
     // 2. Attention: RMSNorm, q/k/v (+biases), q/k norms, clip + RoPE + KV store, attention,
@@ -490,21 +537,27 @@ int32_t enqueue_step(Context &c, const StepParams *params, uint32_t tokens, bool
                                         T, b.scores, b.attn, st),
                        "attention");
     COLIBRI_CUDA_CHECK(mv(w.o, b.attn, Q, b.x, H, nullptr, 1), "attention output projection");
+    COLIBRI_CUDA_CHECK(mark(c, COLIBRI_DEVICE_STAGE_ATTENTION), "stage timing");
     // 3. FFN: RMSNorm, then the dense SwiGLU or the MoE block, added to the residual.
     COLIBRI_CUDA_CHECK(rmsnorm_rows(b.x, b.xn, w.ffn_norm.data, eps, H, T, st), "FFN norm");
+    COLIBRI_CUDA_CHECK(mark(c, COLIBRI_DEVICE_STAGE_EXPERTS), "stage timing");  // the CPU counts the FFN norm there too
     if (!w.is_moe) {
       const uint32_t Fd = static_cast<uint32_t>(w.dense_gate.rows);
       COLIBRI_CUDA_CHECK(mv(w.dense_gate, b.xn, H, b.gate, Fd, nullptr, 0), "dense gate");
       COLIBRI_CUDA_CHECK(mv(w.dense_up, b.xn, H, b.up, Fd, nullptr, 0), "dense up");
       COLIBRI_CUDA_CHECK(silu_mul(b.gate, b.up, static_cast<size_t>(T) * Fd, st), "dense SiLU");
       COLIBRI_CUDA_CHECK(mv(w.dense_down, b.gate, Fd, b.x, H, nullptr, 1), "dense down");
+      COLIBRI_CUDA_CHECK(mark(c, COLIBRI_DEVICE_STAGE_EXPERTS), "stage timing");
       continue;
     }
     // Router → fused softmax/top-k → grouping by expert, all on the device.
     COLIBRI_CUDA_CHECK(mv(w.router, b.xn, H, b.router_logits, E, nullptr, 0), "router");
+    COLIBRI_CUDA_CHECK(mark(c, COLIBRI_DEVICE_STAGE_ROUTER), "stage timing");
     COLIBRI_CUDA_CHECK(router_softmax_top_k(b.router_logits, E, K, m.norm_topk_prob ? 1 : 0, T, b.ids, b.weights, st),
                        "router softmax/top-k");
+    COLIBRI_CUDA_CHECK(mark(c, COLIBRI_DEVICE_STAGE_TOP_K), "stage timing");
     COLIBRI_CUDA_CHECK(group_by_expert(b.ids, T * K, c.max_pairs, b.groups, st), "grouping by expert");
+    COLIBRI_CUDA_CHECK(mark(c, COLIBRI_DEVICE_STAGE_DISPATCH), "stage timing");
     const uint32_t max_groups = std::min(T * K, E);
     COLIBRI_CUDA_CHECK(experts_gate_up(w.gate.data, w.up.data, w.gate.dtype, w.gate.row_bytes, w.gate.matrix_bytes, F, H, K, b.xn,
                                        b.groups, c.max_pairs, max_groups, b.h, st),
@@ -525,18 +578,22 @@ int32_t enqueue_step(Context &c, const StepParams *params, uint32_t tokens, bool
         shared_logit = b.shared_logit;
       }
     }
+    COLIBRI_CUDA_CHECK(mark(c, COLIBRI_DEVICE_STAGE_EXPERTS), "stage timing");
     COLIBRI_CUDA_CHECK(moe_merge(b.x, b.y, K, H, T, shared, shared_logit, st), "MoE merge");
+    COLIBRI_CUDA_CHECK(mark(c, COLIBRI_DEVICE_STAGE_MERGE), "stage timing");
   }
   // 4. Final norm and LM head.
   if (lm_head) {
     COLIBRI_CUDA_CHECK(rmsnorm_rows(b.x, b.xn, c.output_norm.data, eps, H, T, st), "output norm");
     COLIBRI_CUDA_CHECK(mv(c.output, b.xn, H, b.logits, static_cast<uint32_t>(m.vocab_size), nullptr, 0), "LM head");
+    COLIBRI_CUDA_CHECK(mark(c, COLIBRI_DEVICE_STAGE_LM_HEAD), "stage timing");
   }
   return COLIBRI_DEVICE_OK;
 }
 
-// Captures the one-token decode step (with its LM head) into a graph, once.
-int32_t capture_decode_graph(Context &c, char *message, size_t message_size) {
+// One capture of the one-token decode step (with its LM head) into c.graph / c.graph_exec.
+int32_t capture_once(Context &c, char *message, size_t message_size) {
+  c.mark_count = 0;
   COLIBRI_CUDA_CHECK(cudaStreamBeginCapture(c.stream, cudaStreamCaptureModeThreadLocal), "capturing the decode graph");
   const int32_t st = enqueue_step(c, &c.b.params[0], 1, true, message, message_size);
   cudaGraph_t graph = nullptr;
@@ -551,8 +608,25 @@ int32_t capture_decode_graph(Context &c, char *message, size_t message_size) {
   return COLIBRI_DEVICE_OK;
 }
 
+// Captures the decode step once, with its timing marks as event-record nodes; should a capture
+// with them fail, captures it again without (the replays then add no stage times).
+int32_t capture_decode_graph(Context &c, char *message, size_t message_size) {
+  if (capture_once(c, message, message_size) != COLIBRI_DEVICE_OK) {
+    if (c.graph) (void)cudaGraphDestroy(c.graph);
+    c.graph = nullptr;
+    c.graph_exec = nullptr;
+    (void)cudaGetLastError();
+    if (message && message_size) message[0] = '\0';
+    c.marks_in_graph = false;
+    if (int32_t st = capture_once(c, message, message_size)) return st;
+  }
+  c.graph_mark_count = c.mark_count;
+  c.graph_mark_stage.assign(c.mark_stage.begin(), c.mark_stage.begin() + static_cast<long>(c.mark_count));
+  return COLIBRI_DEVICE_OK;
+}
+
 int32_t forward_impl(Context &c, const colibri_device_entry *entries, size_t count, float *logits, size_t *logit_rows,
-                     char *message, size_t message_size) {
+                     uint64_t *stage_ns, char *message, size_t message_size) {
   if (!entries || count == 0 || count > c.session.max_batch_tokens || !logit_rows)
     return write_message(message, message_size, COLIBRI_DEVICE_ERROR_INVALID, "forward: bad arguments");
   *logit_rows = 0;
@@ -564,6 +638,7 @@ int32_t forward_impl(Context &c, const colibri_device_entry *entries, size_t cou
                          c.session.max_logit_rows);
   COLIBRI_CUDA_CHECK(cudaSetDevice(static_cast<int>(c.session.device_index)), "selecting the device");
   COLIBRI_CUDA_CHECK(cudaEventRecord(c.start, c.stream), "timing");
+  c.mark_count = 0;  // marks of a pass that failed earlier are dropped
   size_t row = 0;
   for (size_t first = 0, chunk = 0; first < count; first += kMaxChunk, ++chunk) {
     const uint32_t T = static_cast<uint32_t>(std::min<size_t>(kMaxChunk, count - first));
@@ -576,11 +651,19 @@ int32_t forward_impl(Context &c, const colibri_device_entry *entries, size_t cou
       p.position[t] = e.position;
       want = want || (t < T && e.want_logits);
     }
+    if (c.mark_count + c.marks_per_chunk > c.marks.size()) {
+      // The timing events are all in flight: wait for them and harvest before reusing them.
+      COLIBRI_CUDA_CHECK(cudaStreamSynchronize(c.stream), "the device pass");
+      harvest(c, stage_ns);
+    }
     COLIBRI_CUDA_CHECK(cudaMemcpyAsync(&c.b.params[chunk], &p, sizeof p, cudaMemcpyHostToDevice, c.stream), "step parameters");
     if (T == 1 && want && c.session.use_graphs && chunk == 0) {
       if (!c.graph_exec)
         if (int32_t st = capture_decode_graph(c, message, message_size)) return st;
       COLIBRI_CUDA_CHECK(cudaGraphLaunch(c.graph_exec, c.stream), "replaying the decode graph");
+      // The replay records the marks the capture placed (indices 0..n-1, their stages).
+      c.mark_count = c.marks_in_graph ? c.graph_mark_count : 0;
+      std::copy(c.graph_mark_stage.begin(), c.graph_mark_stage.begin() + static_cast<long>(c.mark_count), c.mark_stage.begin());
       ++c.graph_launches;
     } else {
       if (int32_t st = enqueue_step(c, &c.b.params[chunk], T, want, message, message_size)) return st;
@@ -599,6 +682,7 @@ int32_t forward_impl(Context &c, const colibri_device_entry *entries, size_t cou
   float ms = 0.0f;
   COLIBRI_CUDA_CHECK(cudaEventElapsedTime(&ms, c.start, c.stop), "timing");
   c.device_ms += ms;
+  harvest(c, stage_ns);
   for (size_t r = 0; r < rows; ++r) {
     const float *src = c.logits_host + r * V;
     for (size_t i = 0; i < V; ++i)
@@ -639,10 +723,11 @@ int32_t api_context_create(const colibri_device_model *model, const colibri_devi
 void api_context_free(void *context) { delete static_cast<Context *>(context); }
 
 int32_t api_forward(void *context, const colibri_device_entry *entries, size_t count, float *logits, size_t *logit_rows,
-                    char *message, size_t message_size) {
+                    uint64_t *stage_ns, char *message, size_t message_size) {
   if (!context) return write_message(message, message_size, COLIBRI_DEVICE_ERROR_INVALID, "forward: no context");
   try {
-    return forward_impl(*static_cast<Context *>(context), entries, count, logits, logit_rows, message, message_size);
+    return forward_impl(*static_cast<Context *>(context), entries, count, logits, logit_rows, stage_ns, message,
+                        message_size);
   } catch (...) {
     return write_message(message, message_size, COLIBRI_DEVICE_ERROR_DEVICE, "forward: unexpected exception");
   }

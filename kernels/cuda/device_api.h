@@ -39,6 +39,17 @@ extern "C" {
 #define COLIBRI_DEVICE_DTYPE_F16 1u
 #define COLIBRI_DEVICE_DTYPE_BF16 2u
 
+/* Stages of the per-stage device time forward reports (the values of runtime::Stage). */
+#define COLIBRI_DEVICE_STAGE_EMBEDDING 0u
+#define COLIBRI_DEVICE_STAGE_ATTENTION 1u
+#define COLIBRI_DEVICE_STAGE_ROUTER 2u
+#define COLIBRI_DEVICE_STAGE_TOP_K 3u
+#define COLIBRI_DEVICE_STAGE_DISPATCH 4u
+#define COLIBRI_DEVICE_STAGE_EXPERTS 5u
+#define COLIBRI_DEVICE_STAGE_MERGE 6u
+#define COLIBRI_DEVICE_STAGE_LM_HEAD 7u
+#define COLIBRI_DEVICE_STAGE_COUNT 8u
+
 /* The most tokens one device pass computes together (the fused multi-token GEMVs keep this
  * many accumulators per row); longer batches run in chunks of this size. */
 #define COLIBRI_DEVICE_MAX_CHUNK_TOKENS 8u
@@ -139,9 +150,11 @@ typedef struct colibri_device_api {
   void (*context_free)(void *context);
   /* Runs the batch (entries in order; a sequence's entries are consecutive positions) and
    * writes the logits of the entries with want_logits into logits [rows, vocab] in entry
-   * order, *logit_rows their count. */
+   * order, *logit_rows their count. Adds each stage's device time (CUDA events between the
+   * stages' kernels, nanoseconds) to stage_ns[COLIBRI_DEVICE_STAGE_COUNT] (may be NULL); a
+   * stage whose events cannot be timed adds nothing. */
   int32_t (*forward)(void *context, const colibri_device_entry *entries, size_t count, float *logits,
-                     size_t *logit_rows, char *message, size_t message_size);
+                     size_t *logit_rows, uint64_t *stage_ns, char *message, size_t message_size);
   int32_t (*context_info)(void *context, colibri_device_context_info *info);
 } colibri_device_api;
 
