@@ -211,6 +211,11 @@ int32_t check_model(const colibri_device_model &m, const colibri_device_session 
                          "the CUDA backend does not implement this router's scoring yet (only softmax)");
   if (m.head_dim == 0 || m.head_dim % 2 || m.kv_head_count == 0 || m.head_count % m.kv_head_count)
     return write_message(message, message_size, COLIBRI_DEVICE_ERROR_INVALID, "heads/head_dim are inconsistent");
+  bool any_moe = false;
+  for (uint32_t l = 0; l < m.layer_count; ++l) any_moe = any_moe || m.layers[l].is_moe;
+  if (any_moe && (m.top_k == 0 || m.top_k > m.expert_count))
+    return write_message(message, message_size, COLIBRI_DEVICE_ERROR_INVALID, "top_k %llu is not in 1..experts (%llu)",
+                         static_cast<unsigned long long>(m.top_k), static_cast<unsigned long long>(m.expert_count));
   if (m.top_k > 64)
     return write_message(message, message_size, COLIBRI_DEVICE_ERROR_UNSUPPORTED,
                          "the CUDA backend does not implement top_k above 64 yet (the model has %llu)",

@@ -3,6 +3,7 @@
 // runtime/router.cpp's: fp32, max subtracted, ties to the lower expert index).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/routing_map.h"
 
 namespace colibri::cuda {
 namespace {
@@ -11,10 +12,7 @@ using namespace detail;
 
 constexpr int kRouterThreads = 256;
 
-// The better of two (probability, expert) candidates: higher probability, then lower index.
-__device__ __forceinline__ bool better(float p, int32_t e, float q, int32_t f) {
-  return p > q || (p == q && e >= 0 && (f < 0 || e < f));
-}
+__device__ __forceinline__ bool better(float p, int32_t e, float q, int32_t f) { return routing_better(p, e, q, f); }
 
 __global__ void router_kernel(float *logits, uint32_t experts, uint32_t top_k, int renormalise, int32_t *ids,
                               float *weights) {
@@ -40,7 +38,7 @@ __global__ void router_kernel(float *logits, uint32_t experts, uint32_t top_k, i
     float bp = -1.0f;  // probabilities are >= 0; a taken expert is marked -1
     int32_t be = -1;
     for (uint32_t e = threadIdx.x; e < experts; e += blockDim.x)
-      if (p[e] >= 0.0f && better(p[e], static_cast<int32_t>(e), bp, be)) {
+      if (p[e] >= 0.0f && better(p[e], static_cast<int32_t>(e), bp, be)) {  // -1: already taken
         bp = p[e];
         be = static_cast<int32_t>(e);
       }
@@ -65,10 +63,11 @@ __global__ void router_kernel(float *logits, uint32_t experts, uint32_t top_k, i
           wp = best_p[w];
           we = best_e[w];
         }
+      // we >= 0: top_k <= experts (the model's config guarantees it, check_model checks it).
       ids[t * top_k + slot] = we;
       weights[t * top_k + slot] = wp;
       selected_sum += wp;
-      p[we] = -1.0f;
+      if (we >= 0) p[we] = -1.0f;
     }
     __syncthreads();
   }
@@ -76,31 +75,12 @@ __global__ void router_kernel(float *logits, uint32_t experts, uint32_t top_k, i
     for (uint32_t slot = 0; slot < top_k; ++slot) weights[t * top_k + slot] /= selected_sum;
 }
 
-// One thread: a stable insertion sort of the pairs by expert (pairs is tokens·k, ≤ 8·k), then
-// the groups. Small enough that a single thread beats a parallel sort's launches.
+// One thread: the chunk's pairs (tokens · k, at most 8 · k) grouped by expert
+// (routing_map.h): small enough that a single thread beats a parallel sort's launches.
 __global__ void group_kernel(const int32_t *ids, uint32_t pairs, uint32_t max_pairs, ExpertGroups *groups) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   uint32_t *base = reinterpret_cast<uint32_t *>(groups + 1);
-  uint32_t *expert = base, *offset = base + max_pairs, *pair = base + 2 * max_pairs + 1;
-  for (uint32_t i = 0; i < pairs; ++i) {
-    uint32_t j = i;
-    while (j > 0 && ids[pair[j - 1]] > ids[i]) {
-      pair[j] = pair[j - 1];
-      --j;
-    }
-    pair[j] = i;
-  }
-  uint32_t active = 0;
-  for (uint32_t i = 0; i < pairs; ++i) {
-    const uint32_t e = static_cast<uint32_t>(ids[pair[i]]);
-    if (active == 0 || expert[active - 1] != e) {
-      expert[active] = e;
-      offset[active] = i;
-      ++active;
-    }
-  }
-  offset[active] = pairs;
-  groups->active_count = active;
+  groups->active_count = group_pairs_by_expert(ids, pairs, base, base + max_pairs, base + 2 * max_pairs + 1);
 }
 
 }  // namespace
