@@ -573,7 +573,7 @@ typedef struct colibri_session_options {
                                  first: OUT_OF_MEMORY names the bytes needed and free), the KV
                                  cache lives there (contiguous only), threads, pin_threads,
                                  numa_*, max_isa and force_scalar do not apply; not yet
-                                 implemented there (UNSUPPORTED): q8/q4/mxfp4 weights, the
+                                 implemented there (UNSUPPORTED): q8f16/q4/mxfp4 weights, the
                                  layer-level MoE call, the per-expert callback, the paged cache
                                  of the serving engine (docs/api.md, "Devices") */
   uint32_t device_index;      /* the N of COLIBRI_DEVICE_CUDA (cuda:N, CUDA's device order).

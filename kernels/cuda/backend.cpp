@@ -75,7 +75,8 @@ const char *dtype_name(uint32_t dtype) {
 }
 
 bool dtype_supported(uint32_t dtype) {
-  return dtype == COLIBRI_DEVICE_DTYPE_F32 || dtype == COLIBRI_DEVICE_DTYPE_F16 || dtype == COLIBRI_DEVICE_DTYPE_BF16;
+  return dtype == COLIBRI_DEVICE_DTYPE_F32 || dtype == COLIBRI_DEVICE_DTYPE_F16 || dtype == COLIBRI_DEVICE_DTYPE_BF16 ||
+         dtype == COLIBRI_DEVICE_DTYPE_Q8;
 }
 
 // A weight in the arena: offset until the arena exists, then a device pointer.
@@ -83,6 +84,7 @@ struct DeviceMatrix {
   size_t offset = 0;
   const unsigned char *data = nullptr;
   uint32_t dtype = 0;
+  uint32_t group = 0;  // q8 block size
   uint64_t rows = 0, cols = 0, row_bytes = 0, matrix_bytes = 0;
   bool present = false;
 };
@@ -123,6 +125,8 @@ struct Context {
   struct Buffers {
     float *x, *xn, *q, *k, *v, *attn, *scores, *router_logits, *weights, *h, *y, *gate, *up, *shared_out,
         *shared_logit, *logits;
+    unsigned char *x_q8;  // [8, q8 row of the widest input] an input quantised for q8 weights
+    unsigned char *h_q8;  // [8 · top_k, q8 row of expert_ffn] the expert activations for q8 down
     int32_t *ids;
     ExpertGroups *groups;
     StepParams *params;  // [chunks]
@@ -197,10 +201,19 @@ int32_t check_matrix(const colibri_device_matrix &m, const char *what, uint32_t 
   if (!m.data) return COLIBRI_DEVICE_OK;
   if (!dtype_supported(m.dtype))
     return write_message(message, message_size, COLIBRI_DEVICE_ERROR_UNSUPPORTED,
-                         "the CUDA backend does not implement %s weights yet (%s of layer %u is %s); use an f32, f16 "
-                         "or bf16 image (colibri-model convert --dtype f16)",
+                         "the CUDA backend does not implement %s weights yet (%s of layer %u is %s); use an f32, f16, "
+                         "bf16 or q8 image (colibri-model convert --dtype f16)",
                          dtype_name(m.dtype), what, layer, dtype_name(m.dtype));
-  if (m.row_bytes != m.cols * (m.dtype == COLIBRI_DEVICE_DTYPE_F32 ? 4u : 2u) || m.matrix_bytes != m.rows * m.row_bytes)
+  if (m.dtype == COLIBRI_DEVICE_DTYPE_Q8) {
+    if ((m.group_size != 32 && m.group_size != 64) || m.cols % m.group_size ||
+        m.row_bytes != m.cols / m.group_size * (4 + m.group_size))
+      return write_message(message, message_size, COLIBRI_DEVICE_ERROR_UNSUPPORTED,
+                           "%s of layer %u: q8 with group size %u (the CUDA backend reads groups of 32 or 64)", what, layer,
+                           m.group_size);
+  } else if (m.row_bytes != m.cols * (m.dtype == COLIBRI_DEVICE_DTYPE_F32 ? 4u : 2u)) {
+    return write_message(message, message_size, COLIBRI_DEVICE_ERROR_INVALID, "%s of layer %u: inconsistent shape", what, layer);
+  }
+  if (m.matrix_bytes != m.rows * m.row_bytes)
     return write_message(message, message_size, COLIBRI_DEVICE_ERROR_INVALID, "%s of layer %u: inconsistent shape", what, layer);
   return COLIBRI_DEVICE_OK;
 }
@@ -234,7 +247,7 @@ int32_t check_model(const colibri_device_model &m, const colibri_device_session 
         {&w.dense_gate, "dense_gate"}, {&w.dense_up, "dense_up"}, {&w.dense_down, "dense_down"}};
     for (const auto &[matrix, what] : all)
       if (int32_t st = check_matrix(*matrix, what, l, message, message_size)) return st;
-    if (w.is_moe && w.experts_gate.dtype != w.experts_up.dtype)
+    if (w.is_moe && (w.experts_gate.dtype != w.experts_up.dtype || w.experts_gate.group_size != w.experts_up.group_size))
       return write_message(message, message_size, COLIBRI_DEVICE_ERROR_UNSUPPORTED,
                            "the CUDA backend does not implement gate and up experts of different dtypes yet (layer %u)", l);
   }
@@ -265,6 +278,7 @@ struct Planner {
     if (!m.data) return d;
     d.present = true;
     d.dtype = m.dtype;
+    d.group = m.group_size;
     d.rows = m.rows;
     d.cols = m.cols;
     d.row_bytes = m.row_bytes;
@@ -423,6 +437,10 @@ int32_t context_create_impl(const colibri_device_model *model, const colibri_dev
       {&c.b.shared_out, T * H}, {&c.b.shared_logit, T}, {&c.b.logits, T * V}};
   std::vector<size_t> float_at;
   for (const FloatBuffer &f : floats) float_at.push_back(plan.take(f.count * sizeof(float)));
+  // q8 rows are largest with groups of 32 (36 bytes per 32 values).
+  const uint64_t widest_input = std::max({H, Q, ffn_dense, m.expert_ffn_size});
+  const size_t x_q8_at = plan.take(T * q8_row_bytes(static_cast<uint32_t>(widest_input + 31) / 32 * 32, 32));
+  const size_t h_q8_at = plan.take(T * K * q8_row_bytes(static_cast<uint32_t>(m.expert_ffn_size + 31) / 32 * 32, 32));
   const size_t ids_at = plan.take(T * std::max<uint64_t>(K, 1) * sizeof(int32_t));
   const size_t groups_at = plan.take(expert_groups_bytes(std::max<uint32_t>(c.max_pairs, 1)));
   const size_t params_at = plan.take(c.chunks * sizeof(StepParams));
@@ -459,6 +477,8 @@ int32_t context_create_impl(const colibri_device_model *model, const colibri_dev
   c.b.kv = c.arena + kv_at;
   for (size_t i = 0; i < float_at.size(); ++i) *floats[i].slot = reinterpret_cast<float *>(c.arena + float_at[i]);
   c.b.ids = reinterpret_cast<int32_t *>(c.arena + ids_at);
+  c.b.x_q8 = c.arena + x_q8_at;
+  c.b.h_q8 = c.arena + h_q8_at;
   c.b.groups = reinterpret_cast<ExpertGroups *>(c.arena + groups_at);
   c.b.params = reinterpret_cast<StepParams *>(c.arena + params_at);
   COLIBRI_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&c.params_host), c.chunks * sizeof(StepParams), cudaHostAllocDefault),
@@ -511,14 +531,21 @@ int32_t enqueue_step(Context &c, const StepParams *params, uint32_t tokens, bool
   const float eps = m.rms_norm_eps;
   cudaStream_t st = c.stream;
   const int kv_f16 = c.session.kv_f16 ? 1 : 0;
+  // y (+)= W · x for the chunk; q8 weights first quantise x with their group (as the CPU).
   auto mv = [&](const DeviceMatrix &w, const float *x, uint32_t x_stride, float *y, uint32_t y_stride,
                 const DeviceVector *bias, int accumulate) {
-    return matvec(w.data, w.dtype, w.row_bytes, static_cast<uint32_t>(w.rows), static_cast<uint32_t>(w.cols), x, x_stride,
-                  T, y, y_stride, bias && bias->present ? bias->data : nullptr, accumulate, st);
+    const uint32_t cols = static_cast<uint32_t>(w.cols);
+    if (w.dtype == COLIBRI_DEVICE_DTYPE_Q8) {
+      if (x_stride != cols) return cudaErrorInvalidValue;  // quantised rows are dense
+      if (cudaError_t e = quantize_q8(x, cols, T, w.group, b.x_q8, st)) return e;
+    }
+    return matvec(w.data, w.dtype, w.group, w.row_bytes, static_cast<uint32_t>(w.rows), cols, x, b.x_q8, x_stride, T, y,
+                  y_stride, bias && bias->present ? bias->data : nullptr, accumulate, st);
   };
   COLIBRI_CUDA_CHECK(mark(c, kNoStage), "stage timing");
   // 1. Token embeddings into the residual stream x [T, H].
-  COLIBRI_CUDA_CHECK(embed(c.embedding.data, c.embedding.dtype, c.embedding.row_bytes, H, params, T, b.x, st), "embedding");
+  COLIBRI_CUDA_CHECK(embed(c.embedding.data, c.embedding.dtype, c.embedding.group, c.embedding.row_bytes, H, params, T, b.x, st),
+                     "embedding");
   COLIBRI_CUDA_CHECK(mark(c, COLIBRI_DEVICE_STAGE_EMBEDDING), "stage timing");
   for (uint32_t l = 0; l < L; ++l) {
     const DeviceLayer &w = c.layers[l];
@@ -564,11 +591,16 @@ int32_t enqueue_step(Context &c, const StepParams *params, uint32_t tokens, bool
     COLIBRI_CUDA_CHECK(group_by_expert(b.ids, T * K, c.max_pairs, b.groups, st), "grouping by expert");
     COLIBRI_CUDA_CHECK(mark(c, COLIBRI_DEVICE_STAGE_DISPATCH), "stage timing");
     const uint32_t max_groups = std::min(T * K, E);
-    COLIBRI_CUDA_CHECK(experts_gate_up(w.gate.data, w.up.data, w.gate.dtype, w.gate.row_bytes, w.gate.matrix_bytes, F, H, K, b.xn,
-                                       b.groups, c.max_pairs, max_groups, b.h, st),
+    if (w.gate.dtype == COLIBRI_DEVICE_DTYPE_Q8)
+      COLIBRI_CUDA_CHECK(quantize_q8(b.xn, H, T, w.gate.group, b.x_q8, st), "quantising the experts' input");
+    COLIBRI_CUDA_CHECK(experts_gate_up(w.gate.data, w.up.data, w.gate.dtype, w.gate.group, w.gate.row_bytes,
+                                       w.gate.matrix_bytes, F, H, K, b.xn, b.x_q8, b.groups, c.max_pairs, max_groups, b.h,
+                                       st),
                        "experts gate+up");
-    COLIBRI_CUDA_CHECK(experts_down(w.down.data, w.down.dtype, w.down.row_bytes, w.down.matrix_bytes, H, F, b.weights,
-                                    b.h, b.groups, c.max_pairs, max_groups, b.y, st),
+    if (w.down.dtype == COLIBRI_DEVICE_DTYPE_Q8)
+      COLIBRI_CUDA_CHECK(quantize_q8(b.h, F, T * K, w.down.group, b.h_q8, st), "quantising the experts' activations");
+    COLIBRI_CUDA_CHECK(experts_down(w.down.data, w.down.dtype, w.down.group, w.down.row_bytes, w.down.matrix_bytes, H, F,
+                                    b.weights, b.h, b.h_q8, b.groups, c.max_pairs, max_groups, b.y, st),
                        "experts down");
     const float *shared = nullptr, *shared_logit = nullptr;
     if (w.shared_gate.present) {

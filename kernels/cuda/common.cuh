@@ -58,6 +58,23 @@ __device__ __forceinline__ void load_weights8(const unsigned char *p, float (&w)
   }
 }
 
+// q8 (docs/format.md, kernels/cpu/kernels.h): a row is cols / group blocks of { float scale;
+// int8 q[group] }, group 32 or 64; a stored -128 reads as -127 (the CPU's q8_value).
+__device__ __forceinline__ int q8_value(int v) { return v < -127 ? -127 : v; }
+__device__ __forceinline__ float q8_block_scale(const unsigned char *block) { return *reinterpret_cast<const float *>(block); }
+// The exact int32 sum over one block of weights and activations (both q8 of the same group).
+__device__ __forceinline__ int32_t q8_block_dot(const unsigned char *w, const unsigned char *x, uint32_t group) {
+  const int32_t *wq = reinterpret_cast<const int32_t *>(w + 4), *xq = reinterpret_cast<const int32_t *>(x + 4);
+  int32_t sum = 0;
+  for (uint32_t i = 0; i < group / 4; ++i) {
+    const int32_t a = wq[i], b = xq[i];
+#pragma unroll
+    for (int byte = 0; byte < 4; ++byte)
+      sum += q8_value(static_cast<int8_t>(a >> (8 * byte))) * q8_value(static_cast<int8_t>(b >> (8 * byte)));
+  }
+  return sum;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullMask, v, offset);

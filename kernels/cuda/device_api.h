@@ -38,6 +38,7 @@ extern "C" {
 #define COLIBRI_DEVICE_DTYPE_F32 0u
 #define COLIBRI_DEVICE_DTYPE_F16 1u
 #define COLIBRI_DEVICE_DTYPE_BF16 2u
+#define COLIBRI_DEVICE_DTYPE_Q8 3u /* group_size 32 or 64 */
 
 /* Stages of the per-stage device time forward reports (the values of runtime::Stage). */
 #define COLIBRI_DEVICE_STAGE_EMBEDDING 0u

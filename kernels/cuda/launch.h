@@ -15,6 +15,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "kernels/cuda/routing_map.h"  // COLIBRI_HOST_DEVICE
+
 namespace colibri::cuda {
 
 // One chunk's per-token parameters in device memory (uploaded before each pass).
@@ -34,9 +36,20 @@ struct ExpertGroups {
 };
 inline size_t expert_groups_bytes(size_t max_pairs) { return sizeof(ExpertGroups) + (3 * max_pairs + 1) * sizeof(uint32_t); }
 
-// x[t] = the embedding row of params->token[t], decoded to fp32.
-cudaError_t embed(const unsigned char *table, uint32_t dtype, uint64_t row_bytes, uint32_t hidden,
+// x[t] = the embedding row of params->token[t], decoded to fp32 (q8: scale · value).
+cudaError_t embed(const unsigned char *table, uint32_t dtype, uint32_t group, uint64_t row_bytes, uint32_t hidden,
                   const StepParams *params, uint32_t tokens, float *x, cudaStream_t stream);
+
+// q8 weights (COLIBRI_DEVICE_DTYPE_Q8) multiply activations quantised to q8 per token, as the CPU
+// does (kernels/cpu scalar quantize_row_q8: scale = max|x| / 127 per block of `group`, values
+// rounded half away from zero, NaN scale for a block with a NaN/Inf): quantize_q8 writes rows
+// [rows, cols / group blocks of 4 + group bytes], and the q8 products take them (x_q8) with one
+// fp32 multiply-add per block, (weight scale · activation scale) · exact int32 block sum.
+COLIBRI_HOST_DEVICE inline size_t q8_row_bytes(uint32_t cols, uint32_t group) {
+  return static_cast<size_t>(cols / group) * (4 + group);
+}
+cudaError_t quantize_q8(const float *x, uint32_t cols, uint32_t rows, uint32_t group, unsigned char *out,
+                        cudaStream_t stream);
 
 // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, for `rows` rows of n (in place allowed).
 cudaError_t rmsnorm_rows(const float *x, float *out, const float *weight, float eps, uint32_t n, uint32_t rows,
@@ -44,9 +57,10 @@ cudaError_t rmsnorm_rows(const float *x, float *out, const float *weight, float 
 
 // y[t, r] (+)= W[r] · x[t] (+ bias[r]) for every row r of W [rows, cols], tokens t < tokens.
 // accumulate: y += result (the residual add), else y = result. One warp per row.
-cudaError_t matvec(const unsigned char *w, uint32_t dtype, uint64_t row_bytes, uint32_t rows, uint32_t cols,
-                   const float *x, uint32_t x_stride, uint32_t tokens, float *y, uint32_t y_stride,
-                   const float *bias, int accumulate, cudaStream_t stream);
+// q8 weights: x_q8 holds x quantised with the weights' group (quantize_q8), x is not read.
+cudaError_t matvec(const unsigned char *w, uint32_t dtype, uint32_t group, uint64_t row_bytes, uint32_t rows,
+                   uint32_t cols, const float *x, const unsigned char *x_q8, uint32_t x_stride, uint32_t tokens, float *y,
+                   uint32_t y_stride, const float *bias, int accumulate, cudaStream_t stream);
 
 // Per token: optional clamp of q, k, v to [-clip, clip] (clip > 0), RoPE (rotate_half, angle
 // = position · inv_freq[i] in fp32, cos/sin in double, as the CPU session) on q in place and
@@ -77,17 +91,19 @@ cudaError_t group_by_expert(const int32_t *ids, uint32_t pairs, uint32_t max_pai
 
 // Fused gate + up + SiLU·mul for every active expert in one launch (grid.y = group j, up to
 // max_groups): h[pair, r] = silu(gate_e[r] · x[token]) · (up_e[r] · x[token]).
-cudaError_t experts_gate_up(const unsigned char *gate, const unsigned char *up, uint32_t dtype, uint64_t row_bytes,
-                            uint64_t matrix_bytes, uint32_t ffn, uint32_t hidden, uint32_t top_k, const float *x,
-                            const ExpertGroups *groups, uint32_t max_pairs, uint32_t max_groups, float *h,
-                            cudaStream_t stream);
+// q8 experts: x_q8 [tokens, q8 row of hidden] (quantize_q8), x not read.
+cudaError_t experts_gate_up(const unsigned char *gate, const unsigned char *up, uint32_t dtype, uint32_t group,
+                            uint64_t row_bytes, uint64_t matrix_bytes, uint32_t ffn, uint32_t hidden, uint32_t top_k,
+                            const float *x, const unsigned char *x_q8, const ExpertGroups *groups, uint32_t max_pairs,
+                            uint32_t max_groups, float *h, cudaStream_t stream);
 
 // Down projection of every active expert in one launch, the routing weight applied in the
 // epilogue: y[pair, r] = weight[pair] · (down_e[r] · h[pair]).
-cudaError_t experts_down(const unsigned char *down, uint32_t dtype, uint64_t row_bytes, uint64_t matrix_bytes,
-                         uint32_t hidden, uint32_t ffn, const float *weights, const float *h,
-                         const ExpertGroups *groups, uint32_t max_pairs, uint32_t max_groups, float *y,
-                         cudaStream_t stream);
+// q8 experts: h_q8 [pairs, q8 row of ffn], h not read.
+cudaError_t experts_down(const unsigned char *down, uint32_t dtype, uint32_t group, uint64_t row_bytes,
+                         uint64_t matrix_bytes, uint32_t hidden, uint32_t ffn, const float *weights, const float *h,
+                         const unsigned char *h_q8, const ExpertGroups *groups, uint32_t max_pairs, uint32_t max_groups,
+                         float *y, cudaStream_t stream);
 
 // The weighted merge and the residual: x[t] += (sum over slots s in order of y[t·k + s])
 // (+ sigmoid(shared_logit[t]) · shared[t], or + shared[t] when shared_logit is null).
