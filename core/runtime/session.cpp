@@ -278,6 +278,10 @@ Error Session::forward_on_device(const BatchEntry *entries, size_t count) {
   size_t rows = 0;
   if (Error e = device_->forward(device_entries_.data(), count, logits_.data(), &rows, stats_.stage_ns)) return e;
   logit_rows_ = rows;
+  // Every token computes top_k experts in each MoE layer, as on the CPU. (The weight bytes the
+  // device read are not counted: which experts ran is known on the device only.)
+  for (const model::LayerWeights &w : model_.layers())
+    if (w.is_moe) stats_.expert_activations += count * model_.config().top_k;
   for (size_t i = 0; i < count; ++i)
     sequence_lengths_[entries[i].sequence] = std::max(sequence_lengths_[entries[i].sequence], entries[i].position + 1);
   return {};
