@@ -147,7 +147,7 @@ struct Context {
   bool marks_in_graph = true;   // false when a capture with event-record nodes failed
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t graph_exec = nullptr;
-  uint64_t graph_launches = 0, eager_steps = 0;
+  uint64_t graph_launches = 0, eager_steps = 0, graph_kernels = 0;
   double device_ms = 0.0;
 
   ~Context() {
@@ -657,6 +657,19 @@ int32_t capture_decode_graph(Context &c, char *message, size_t message_size) {
     c.marks_in_graph = false;
     if (int32_t st = capture_once(c, message, message_size)) return st;
   }
+  // Kernels per decode step: the kernel nodes of the graph (informational: a failure leaves 0).
+  size_t nodes = 0;
+  if (cudaGraphGetNodes(c.graph, nullptr, &nodes) == cudaSuccess && nodes) {
+    std::vector<cudaGraphNode_t> all(nodes);
+    if (cudaGraphGetNodes(c.graph, all.data(), &nodes) == cudaSuccess) {
+      c.graph_kernels = 0;
+      for (cudaGraphNode_t n : all) {
+        cudaGraphNodeType type{};
+        if (cudaGraphNodeGetType(n, &type) == cudaSuccess && type == cudaGraphNodeTypeKernel) ++c.graph_kernels;
+      }
+    }
+  }
+  (void)cudaGetLastError();
   c.graph_mark_count = c.mark_count;
   c.graph_mark_stage.assign(c.mark_stage.begin(), c.mark_stage.begin() + static_cast<long>(c.mark_count));
   return COLIBRI_DEVICE_OK;
@@ -778,6 +791,7 @@ int32_t api_context_info(void *context, colibri_device_context_info *info) {
   info->buffer_bytes = c.buffer_bytes;
   info->graph_launches = c.graph_launches;
   info->eager_steps = c.eager_steps;
+  info->graph_kernels = c.graph_kernels;
   info->device_ms = c.device_ms;
   const size_t n = std::min(sizeof info->device_name - 1, strnlen(c.properties.name, sizeof c.properties.name));
   std::memcpy(info->device_name, c.properties.name, n);

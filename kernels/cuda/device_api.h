@@ -135,6 +135,7 @@ typedef struct colibri_device_context_info {
   uint64_t buffer_bytes;      /* activations and scratch */
   uint64_t graph_launches;    /* decode steps replayed from the CUDA graph */
   uint64_t eager_steps;       /* device passes launched kernel by kernel */
+  uint64_t graph_kernels;     /* kernels in the captured decode step (0 before the capture) */
   double device_ms;           /* device time of all passes (CUDA events) */
   char device_name[128];
 } colibri_device_context_info;
