@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/gpu-check.sh OUT_DIR [--bench-shape medium|small] [--no-device]
+# scripts/gpu-check.sh OUT_DIR [--bench-shape medium|small] [--no-device] [--deps DEB_DIR] [--probe]
 #
 # Every check of the CUDA backend that needs a GPU, in one run (issue 22; docs/performance.md,
 # "CUDA"): configures and builds with CUDA (-DCOLIBRI_CUDA=ON, warnings as errors), runs every
@@ -12,6 +12,14 @@
 #   --no-device            a machine without a GPU: build, check that the device tests skip
 #                          ("no CUDA device: skipped") and that the no-device test passes; no
 #                          benchmark. Without this flag a missing GPU is an error (exit 3).
+#   --deps DEB_DIR         the build dependencies as .deb files (scripts/gpu-deps.sh downloads
+#                          them where apt works): unpacked into a private root under the scratch
+#                          directory, and the build pointed at it (CMAKE_PREFIX_PATH, pkg-config
+#                          with that root as its sysroot, the loader path for the tests). For a
+#                          GPU machine that has the CUDA toolkit, a compiler, CMake and ninja but
+#                          not Debian's development packages, and cannot reach a registry.
+#   --probe                only report what the machine has (tools, dependencies, GPU; every run
+#                          reports it first) and exit: a cheap first call on an unknown machine.
 #
 # Exit: 0 all passed; 1 a build, test or benchmark failed; 2 usage; 3 no GPU (without --no-device).
 # Scratch (the build tree build-gpu/, the benchmark images) stays out of OUT_DIR; only the
@@ -23,6 +31,9 @@ root=$(pwd)
 out=""
 shape=medium
 no_device=0
+probe=0
+deps=""
+cmake_extra=()
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bench-shape)
@@ -31,6 +42,12 @@ while [[ $# -gt 0 ]]; do
       shift 2
       ;;
     --no-device) no_device=1; shift ;;
+    --probe) probe=1; shift ;;
+    --deps)
+      [[ $# -ge 2 && -d $2 ]] || { echo "gpu-check: --deps needs a directory of .deb files" >&2; exit 2; }
+      deps=$(cd "$2" && pwd)
+      shift 2
+      ;;
     -*) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
     *)
       [[ -z $out ]] || { echo "gpu-check: one OUT_DIR" >&2; exit 2; }
@@ -39,7 +56,7 @@ while [[ $# -gt 0 ]]; do
       ;;
   esac
 done
-[[ -n $out ]] || { echo "usage: scripts/gpu-check.sh OUT_DIR [--bench-shape medium|small] [--no-device]" >&2; exit 2; }
+[[ -n $out ]] || { echo "usage: scripts/gpu-check.sh OUT_DIR [--bench-shape medium|small] [--no-device] [--deps DEB_DIR] [--probe]" >&2; exit 2; }
 mkdir -p "$out" || exit 2
 out=$(cd "$out" && pwd)
 build=$root/build-gpu
@@ -62,6 +79,49 @@ else
   say "- device: none (nvidia-smi missing or finds no GPU)"
   have_gpu=0
 fi
+# The dependencies from .deb files: a private root, never /.
+if [[ -n $deps ]]; then
+  root_dir=$scratch/deps-root
+  rm -rf "$root_dir"
+  mkdir -p "$root_dir"
+  for f in "$deps"/*.deb; do
+    dpkg -x "$f" "$root_dir" || { say "- deps: cannot unpack $f"; exit 1; }
+  done
+  multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+  export CMAKE_PREFIX_PATH=$root_dir/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+  export PKG_CONFIG_LIBDIR=$root_dir/usr/lib/$multiarch/pkgconfig:$root_dir/usr/share/pkgconfig
+  export PKG_CONFIG_SYSROOT_DIR=$root_dir
+  export LD_LIBRARY_PATH=$root_dir/usr/lib/$multiarch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  debs=("$deps"/*.deb)
+  say "- deps: ${#debs[@]} .deb files unpacked into $root_dir"
+  # No pkg-config on the machine: the carried pkgconf (gpu-deps.sh downloads it).
+  if ! command -v pkg-config >/dev/null && [[ -x $root_dir/usr/bin/pkgconf ]]; then
+    cmake_extra+=("-DPKG_CONFIG_EXECUTABLE=$root_dir/usr/bin/pkgconf")
+    export PATH=$root_dir/usr/bin:$PATH
+  fi
+fi
+
+# What the machine has (always reported: a failed run then says why; --probe stops here).
+{
+  for tool in cmake ninja g++ gcc nvcc pkg-config pkgconf dpkg git nvidia-smi; do
+    where=$(command -v "$tool" || { [[ $tool == nvcc && -x /usr/local/cuda/bin/nvcc ]] && echo /usr/local/cuda/bin/nvcc; } || echo missing)
+    version=$([[ $where != missing ]] && "$where" --version 2>/dev/null | head -1)
+    say "- $tool: $where ${version:-}"
+  done
+  say "- glibc: $(ldd --version 2>/dev/null | head -1)"
+  for module in libxxhash libzstd libpcre2-8 libutf8proc; do
+    say "- pkg-config $module: $(pkg-config --modversion "$module" 2>/dev/null || echo missing)"
+  done
+  for header in nlohmann/json.hpp cxxopts.hpp catch2/catch.hpp; do
+    found=missing
+    for prefix in ${CMAKE_PREFIX_PATH//:/ } /usr /usr/local; do
+      [[ -e $prefix/include/$header ]] && { found=$prefix/include/$header; break; }
+    done
+    say "- $header: $found"
+  done
+}
+((probe)) && exit 0
+
 if ((have_gpu == 0 && no_device == 0)); then
   say ""
   say "no GPU on this machine: run with --no-device for the build and skip checks only"
@@ -71,7 +131,7 @@ fi
 # 1. Configure and build with CUDA (only what the checks need).
 t0=$(date +%s)
 if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLIBRI_WERROR=ON -DCOLIBRI_CUDA=ON \
-    >"$out/configure.log" 2>&1; then
+    "${cmake_extra[@]}" >"$out/configure.log" 2>&1; then
   say "- configure: FAILED (configure.log)"
   exit 1
 fi
