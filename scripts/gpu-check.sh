@@ -105,7 +105,10 @@ fi
 {
   for tool in cmake ninja g++ gcc nvcc pkg-config pkgconf dpkg git nvidia-smi; do
     where=$(command -v "$tool" || { [[ $tool == nvcc && -x /usr/local/cuda/bin/nvcc ]] && echo /usr/local/cuda/bin/nvcc; } || echo missing)
-    version=$([[ $where != missing ]] && "$where" --version 2>/dev/null | head -1)
+    version=""
+    if [[ $where != missing ]]; then
+      version=$("$where" --version 2>/dev/null | grep -m1 -E 'release|[0-9]+\.[0-9]+' || true)
+    fi
     say "- $tool: $where ${version:-}"
   done
   say "- glibc: $(ldd --version 2>/dev/null | head -1)"
@@ -114,7 +117,8 @@ fi
   done
   for header in nlohmann/json.hpp cxxopts.hpp catch2/catch.hpp; do
     found=missing
-    for prefix in ${CMAKE_PREFIX_PATH//:/ } /usr /usr/local; do
+    prefixes=${CMAKE_PREFIX_PATH:-}
+    for prefix in ${prefixes//:/ } /usr /usr/local; do
       [[ -e $prefix/include/$header ]] && { found=$prefix/include/$header; break; }
     done
     say "- $header: $found"
