@@ -301,6 +301,10 @@ COLIBRI_API const char *colibri_dtype_name(uint32_t dtype);
 #define COLIBRI_ISA_AVX2 2   /* AVX2 + FMA + F16C */
 #define COLIBRI_ISA_AVX512 3 /* AVX-512 F/BW/VL/DQ (and VNNI for q8 where present) */
 
+/* Where a session's forward pass runs (colibri_session_options.device_kind). */
+#define COLIBRI_DEVICE_CPU 0  /* the CPU kernels (max_isa) */
+#define COLIBRI_DEVICE_CUDA 1 /* an NVIDIA GPU, device device_index (the CUDA backend module) */
+
 /* Why a generation ended. */
 #define COLIBRI_FINISH_NONE 0      /* still running */
 #define COLIBRI_FINISH_LENGTH 1    /* max_tokens generated */
@@ -572,6 +576,22 @@ typedef struct colibri_session_options {
                                  still accepted and means AUTO) */
   uint32_t reserved0;         /* must be 0: names the padding after max_isa, so that the next
                                  appended field changes struct_size */
+  uint32_t device_kind;       /* COLIBRI_DEVICE_*: where the forward pass runs. Default CPU (an
+                                 appended field: a struct_size without it is still accepted and
+                                 means CPU). CUDA needs a build with the CUDA backend (the module
+                                 libcolibri_cuda.so next to the library), an NVIDIA driver and
+                                 the device; without one of them colibri_session_create fails
+                                 with UNSUPPORTED and a message starting "no CUDA device: " that
+                                 names what is missing. A CUDA session: the weights are uploaded
+                                 to the device at creation (the device's free memory is checked
+                                 first: OUT_OF_MEMORY names the bytes needed and free), the KV
+                                 cache lives there (contiguous only), threads, pin_threads,
+                                 numa_*, max_isa and force_scalar do not apply; not yet
+                                 implemented there (UNSUPPORTED): q8f16/q4/mxfp4 weights, the
+                                 layer-level MoE call, the per-expert callback, the paged cache
+                                 of the serving engine (docs/api.md, "Devices") */
+  uint32_t device_index;      /* the N of COLIBRI_DEVICE_CUDA (cuda:N, CUDA's device order).
+                                 Must be 0 with COLIBRI_DEVICE_CPU. Default 0. Range 0..1023 */
 } colibri_session_options;
 
 /* Fills *options with the defaults (pass sizeof *options). Thread-safe. */
@@ -604,7 +624,8 @@ typedef struct colibri_session_info {
   uint32_t pin_threads;       /* COLIBRI_PIN_OFF or COLIBRI_PIN_ON */
   uint32_t non_finite_policy; /* COLIBRI_NON_FINITE_ERROR or COLIBRI_NON_FINITE_ZERO */
   uint32_t numa_policy;       /* COLIBRI_NUMA_OFF, _BIND or _INTERLEAVE */
-  const char *backend;        /* static string: "cpu-avx512", "cpu-avx2", "cpu-scalar" */
+  const char *backend;        /* static string: "cpu-avx512", "cpu-avx2", "cpu-scalar", or
+                                 "cuda" (device_index of the options names the device) */
   uint64_t kv_cache_bytes;    /* bytes of the KV cache */
   uint64_t seed;
   uint32_t numa_node;         /* the node of COLIBRI_NUMA_BIND */

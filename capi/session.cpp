@@ -16,6 +16,7 @@ namespace {
 constexpr size_t kSessionOptionsAbi1 = offsetof(colibri_session_options, max_isa);
 constexpr size_t kSessionInfoAbi1 = sizeof(colibri_session_info);
 constexpr size_t kStatsAbi1 = sizeof(colibri_stats);
+constexpr uint32_t kMaxDeviceIndex = 1023;
 
 colibri_session_options default_session_options() {
   colibri_session_options o{};
@@ -33,6 +34,8 @@ colibri_session_options default_session_options() {
   o.numa_policy = COLIBRI_NUMA_DEFAULT;
   o.numa_node = 0;
   o.max_isa = COLIBRI_ISA_AUTO;
+  o.device_kind = COLIBRI_DEVICE_CPU;
+  o.device_index = 0;
   return o;
 }
 
@@ -132,6 +135,14 @@ int32_t session_settings_from_c(const colibri_model_options &mo, const colibri_s
   COLIBRI_REQUIRE_ARG(o.reserved0 == 0, "colibri_session_options.reserved0 must be 0");
   COLIBRI_REQUIRE_ARG(o.max_isa <= COLIBRI_ISA_AVX512, "colibri_session_options.max_isa " + std::to_string(o.max_isa) +
                                                            " is not a COLIBRI_ISA_* value (0..3)");
+  COLIBRI_REQUIRE_ARG(o.device_kind <= COLIBRI_DEVICE_CUDA, "colibri_session_options.device_kind " +
+                                                                std::to_string(o.device_kind) +
+                                                                " is not a COLIBRI_DEVICE_* value (0..1)");
+  COLIBRI_REQUIRE_ARG(o.device_index <= kMaxDeviceIndex, "colibri_session_options.device_index " +
+                                                             std::to_string(o.device_index) + " is out of range (0..1023)");
+  COLIBRI_REQUIRE_ARG(o.device_kind != COLIBRI_DEVICE_CPU || o.device_index == 0,
+                      "colibri_session_options.device_index " + std::to_string(o.device_index) +
+                          " needs device_kind COLIBRI_DEVICE_CUDA (the CPU has no index)");
   COLIBRI_REQUIRE_ARG(o.numa_policy <= COLIBRI_NUMA_INTERLEAVE, "colibri_session_options.numa_policy " +
                                                                     std::to_string(o.numa_policy) +
                                                                     " is not a COLIBRI_NUMA_* value (0..3)");
@@ -167,6 +178,8 @@ int32_t session_settings_from_c(const colibri_model_options &mo, const colibri_s
   so.non_finite = non_finite == COLIBRI_NON_FINITE_ZERO ? runtime::NonFinitePolicy::Zero : runtime::NonFinitePolicy::Error;
   so.kv_dtype = o.kv_dtype == COLIBRI_DTYPE_F16 ? runtime::KvDtype::F16 : runtime::KvDtype::F32;
   so.numa = capi::numa_policy(numa, numa_node);
+  so.device.kind = o.device_kind == COLIBRI_DEVICE_CUDA ? runtime::DeviceKind::Cuda : runtime::DeviceKind::Cpu;
+  so.device.index = o.device_index;
   return COLIBRI_OK;
 }
 
@@ -225,7 +238,7 @@ COLIBRI_API int32_t colibri_session_create(colibri_model *model, const colibri_s
     i.non_finite_policy = non_finite;
     i.numa_policy = numa;
     i.numa_node = numa == COLIBRI_NUMA_BIND ? numa_node : 0;
-    i.backend = backend_name(handle->session->isa());
+    i.backend = handle->session->device() ? "cuda" : backend_name(handle->session->isa());
     const uint64_t kv_element_bytes = o.kv_dtype == COLIBRI_DTYPE_F16 ? 2 : 4;
     i.kv_cache_bytes = 2ull * kv_element_bytes * eff.max_sequences * m.config().layer_count * eff.context_length * m.kv_dim();
     i.seed = o.seed;

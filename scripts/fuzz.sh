@@ -12,7 +12,7 @@ seconds=${1:-60}
 bash scripts/install-deps.sh
 flags="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLIBRI_WERROR=ON -DCOLIBRI_FUZZ=ON -DCOLIBRI_BENCH=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLIBRI_WERROR=ON -DCOLIBRI_FUZZ=ON -DCOLIBRI_BENCH=OFF -DCOLIBRI_CUDA=OFF \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target fuzz_image_reader make_fuzz_seeds fuzz_safetensors fuzz_chat_template \
   fuzz_inspect fuzz_tokenizer_json fuzz_openai_request

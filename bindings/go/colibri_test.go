@@ -269,6 +269,24 @@ func TestLoadIntoMemory(t *testing.T) {
 
 // MaxISA caps the kernels: the backend is the cap or the CPU's best below it, the scalar cap
 // gives ForceScalar's bits, and every level stays within 1e-4 of the others.
+// A CUDA session on a machine without a device (module, driver or GPU missing) is refused with
+// the library's "no CUDA device: ..." message; with one, it is skipped here (scripts/gpu-check.sh
+// tests the device).
+func TestDeviceCUDAWithoutDevice(t *testing.T) {
+	m := openModel(t)
+	s, err := m.NewSession(SessionOptions{ContextLength: 64, Device: DeviceCUDA})
+	if err == nil {
+		s.Close()
+		t.Skip("a CUDA device is present")
+	}
+	if !strings.Contains(err.Error(), "no CUDA device: ") {
+		t.Fatalf("Device CUDA: %v", err)
+	}
+	if _, err := m.NewSession(SessionOptions{Device: 7}); err == nil || !strings.Contains(err.Error(), "device_kind") {
+		t.Fatalf("Device 7: %v", err)
+	}
+}
+
 func TestMaxISA(t *testing.T) {
 	m := openModel(t)
 	run := func(opts SessionOptions) (string, []float32) {

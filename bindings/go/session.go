@@ -30,7 +30,17 @@ type SessionOptions struct {
 	NUMAPolicy      uint32 // NUMADefault, NUMAOff, NUMABind, NUMAInterleave
 	NUMANode        int
 	MaxISA          uint32 // ISAAuto (default), ISAScalar, ISAAVX2, ISAAVX512: the widest kernels
+	Device          uint32 // DeviceCPU (default) or DeviceCUDA: where the forward pass runs
+	DeviceIndex     int    // the N of DeviceCUDA (cuda:N)
 }
+
+// Devices for SessionOptions.Device (colibri.h COLIBRI_DEVICE_*). A CUDA session needs the
+// library's CUDA module, an NVIDIA driver and the device; without one of them NewSession fails
+// with a message starting "no CUDA device: " (docs/api.md, "Devices").
+const (
+	DeviceCPU  = C.COLIBRI_DEVICE_CPU
+	DeviceCUDA = C.COLIBRI_DEVICE_CUDA
+)
 
 // Kernel instruction-set caps for SessionOptions.MaxISA (colibri.h COLIBRI_ISA_*). One level
 // gives the same bits on every CPU that has it; levels differ in the last bits of the logits,
@@ -81,6 +91,8 @@ func sessionOptionsFrom(m *Model, op string, opts SessionOptions) (C.colibri_ses
 	setIf(&options.numa_policy, "NUMAPolicy", int(opts.NUMAPolicy))
 	setIf(&options.numa_node, "NUMANode", opts.NUMANode)
 	setIf(&options.max_isa, "MaxISA", int(opts.MaxISA))
+	setIf(&options.device_kind, "Device", int(opts.Device))
+	setIf(&options.device_index, "DeviceIndex", opts.DeviceIndex)
 	return options, bad
 }
 

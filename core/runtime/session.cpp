@@ -32,6 +32,10 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
     *error = make_error(ErrorKind::InvalidArgument, std::move(m));
     return nullptr;
   };
+  auto unsupported = [&](std::string m) {
+    *error = make_error(ErrorKind::Unsupported, std::move(m));
+    return nullptr;
+  };
   if (options.max_sequences == 0 || options.max_sequences > 4096)
     return invalid(strprintf("max_sequences %u is out of range (1..4096)", options.max_sequences));
   if (options.max_batch_tokens == 0 || options.max_batch_tokens > 65536)
@@ -68,7 +72,12 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
   const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
   const double memory = pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size) : 0.0;
   const bool memory_bound = memory > 0 && memory < fixed_bound;
-  if (kv_bytes > (memory_bound ? memory : fixed_bound))
+  const bool on_device = options.device.kind == DeviceKind::Cuda;
+  if (on_device && options.kv_block_tokens)
+    return unsupported("the CUDA backend does not implement the paged KV cache yet (kv_block_tokens; the serving "
+                       "engine uses it): use a contiguous cache, or the CPU");
+  // A CUDA session's cache lives in device memory (the module checks the device's budget).
+  if (!on_device && kv_bytes > (memory_bound ? memory : fixed_bound))
     return invalid(strprintf("the KV cache would need %.1f GiB (sequences × layers × context × kv width)%s; lower "
                              "context_length or max_sequences",
                              kv_bytes / kGiB,
@@ -79,7 +88,8 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
   if (options.kv_dtype != KvDtype::F32 && options.kv_dtype != KvDtype::F16)
     return invalid("kv_dtype must be F32 or F16");
   util::ThreadPoolOptions pool_options;
-  pool_options.thread_count = options.threads;
+  // A CUDA session computes nothing on the host threads: one (the caller's) is enough.
+  pool_options.thread_count = on_device ? 1 : options.threads;
   pool_options.pin_threads = options.pin_threads;
   // bind:N: the workers run on node N's CPUs (those of them the calling thread may use: an
   // inherited affinity such as numactl --cpunodebind is kept), and forward() runs the calling
@@ -101,7 +111,8 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
   try {
     s->buffers_ = std::make_unique<Buffers>(model, options, s->pool_->thread_count());
     KvCacheShape shape;
-    shape.layers = static_cast<uint32_t>(c.layer_count);
+    // On a device the host cache only keeps the block tables (no storage: layers 0).
+    shape.layers = on_device ? 0 : static_cast<uint32_t>(c.layer_count);
     shape.kv_dim = static_cast<uint32_t>(model.kv_dim());
     shape.context_length = options.context_length;
     shape.sequences = options.max_sequences;
@@ -118,6 +129,20 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
     return nullptr;
   }
   s->sequence_lengths_.assign(options.max_sequences, 0);
+  if (on_device) {
+    DeviceSessionOptions d;
+    d.device = options.device;
+    d.module_path = options.device_module_path;
+    d.graphs = options.device_graphs;
+    d.context_length = options.context_length;
+    d.max_sequences = options.max_sequences;
+    d.max_batch_tokens = options.max_batch_tokens;
+    d.max_logit_rows = options.max_logit_rows;
+    d.kv_f16 = options.kv_dtype == KvDtype::F16;
+    s->device_ = DeviceSession::create(model, d, s->buffers_->rope_inv_freq.data(), error);
+    if (!s->device_) return nullptr;
+    s->device_entries_.resize(options.max_batch_tokens);
+  }
   return s;
 }
 
@@ -202,6 +227,7 @@ Error Session::forward(const BatchEntry *entries, size_t count) {
   const size_t H = c.hidden_size;
   ++stats_.forward_calls;
   stats_.tokens += count;
+  if (device_) return forward_on_device(entries, count);
 
   // 1. Token embeddings into the residual stream x [count, hidden].
   embed(entries, count);
@@ -233,6 +259,29 @@ Error Session::forward(const BatchEntry *entries, size_t count) {
   }
   logit_rows_ = rows;
   // 5. Only a pass that succeeded extends its sequences (a failed one leaves them as they were).
+  for (size_t i = 0; i < count; ++i)
+    sequence_lengths_[entries[i].sequence] = std::max(sequence_lengths_[entries[i].sequence], entries[i].position + 1);
+  return {};
+}
+
+Error Session::forward_on_device(const BatchEntry *entries, size_t count) {
+  if (expert_hook_.fn)
+    return make_error(ErrorKind::Unsupported, "the CUDA backend does not implement the per-expert callback yet "
+                                              "(colibri_session_set_expert_fn): use a CPU session");
+  for (size_t i = 0; i < count; ++i)
+    device_entries_[i] = {entries[i].sequence, entries[i].position, entries[i].token, entries[i].want_logits};
+  // The stage times of a device pass are device time between CUDA events placed between the
+  // stages' kernels (the same stages as on the CPU).
+  static_assert(static_cast<uint32_t>(Stage::Count) == COLIBRI_DEVICE_STAGE_COUNT &&
+                static_cast<uint32_t>(Stage::Router) == COLIBRI_DEVICE_STAGE_ROUTER &&
+                static_cast<uint32_t>(Stage::LmHead) == COLIBRI_DEVICE_STAGE_LM_HEAD);
+  size_t rows = 0;
+  if (Error e = device_->forward(device_entries_.data(), count, logits_.data(), &rows, stats_.stage_ns)) return e;
+  logit_rows_ = rows;
+  // Every token computes top_k experts in each MoE layer, as on the CPU. (The weight bytes the
+  // device read are not counted: which experts ran is known on the device only.)
+  for (const model::LayerWeights &w : model_.layers())
+    if (w.is_moe) stats_.expert_activations += count * model_.config().top_k;
   for (size_t i = 0; i < count; ++i)
     sequence_lengths_[entries[i].sequence] = std::max(sequence_lengths_[entries[i].sequence], entries[i].position + 1);
   return {};
@@ -389,6 +438,9 @@ Error Session::moe_layer(uint32_t layer, const float *hidden, size_t count, cons
     return make_error(ErrorKind::InvalidArgument, strprintf("%zu tokens: give 1..%u (the session's max_batch_tokens)",
                                                             count, options_.max_batch_tokens));
   if (!hidden || !out) return make_error(ErrorKind::InvalidArgument, "hidden and out must not be null");
+  if (device_)
+    return make_error(ErrorKind::Unsupported, "the CUDA backend does not implement the layer-level MoE call yet "
+                                              "(colibri_session_moe_layer): use a CPU session");
   if (routes) {
     for (size_t i = 0; i < count * c.top_k; ++i)
       if (routes[i].expert < 0 || static_cast<uint64_t>(routes[i].expert) >= c.expert_count || !std::isfinite(routes[i].weight))

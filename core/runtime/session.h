@@ -15,6 +15,7 @@
 
 #include "kernels/cpu/kernels.h"
 #include "model/model.h"
+#include "runtime/device.h"
 #include "runtime/kv_cache.h"
 #include "runtime/stats.h"
 #include "util/error.h"
@@ -48,6 +49,14 @@ struct SessionOptions {
   util::NumaPolicy numa;             // bind:N runs the pool's threads on node N's CPUs
   // The machine's NUMA facts (tests pass a simulated one); null = util::system_numa().
   const util::NumaSystem *numa_system = nullptr;
+  // Where the forward pass runs (device.h). Cuda: the weights are uploaded at creation and the
+  // whole pass runs on the device; the KV cache lives there (contiguous only).
+  Device device;
+  // Cuda only: the module's file (tests name the build's; empty = next to libcolibri), and
+  // whether the one-token decode step is captured in a CUDA graph and replayed (tests compare
+  // replay with eager launches).
+  std::string device_module_path;
+  bool device_graphs = true;
 };
 
 // One entry of a batch: token `token` at `position` of sequence slot `sequence`. Positions
@@ -122,6 +131,8 @@ class Session {
   const SessionOptions &options() const { return options_; }
   const model::Model &model() const { return model_; }
   kernels::Isa isa() const { return kernels_->isa; }
+  // The device context of a CUDA session (null on the CPU).
+  const DeviceSession *device() const { return device_.get(); }
   size_t thread_count() const { return pool_->thread_count(); }
   // Where the threads run under a NUMA policy ("on node 1's CPUs 4-7": the workers, and the
   // thread that calls forward() or moe_layer() for the call); empty when they run where the
@@ -133,6 +144,8 @@ class Session {
   struct Buffers;
 
   Error check_batch(const BatchEntry *entries, size_t count) const;
+  // The whole pass on the device (device_ set): logits into logits_.
+  Error forward_on_device(const BatchEntry *entries, size_t count);
   void embed(const BatchEntry *entries, size_t count);
   // RoPE cos | sin of each entry's position into Buffers::rope_trig, for all layers.
   void prepare_rope(const BatchEntry *entries, size_t count);
@@ -194,6 +207,8 @@ class Session {
   std::vector<uint32_t> sequence_lengths_;
   SessionStats stats_;
   ExpertHook expert_hook_;
+  std::unique_ptr<DeviceSession> device_;
+  std::vector<colibri_device_entry> device_entries_;  // [max_batch_tokens]
 };
 
 }  // namespace colibri::runtime

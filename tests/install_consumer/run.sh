@@ -18,6 +18,11 @@ for f in include/colibri.h "$libdir/libcolibri.so" "$libdir/libcolibri.so.1" "$l
   [[ -e $prefix/$f ]] || { echo "missing from the install: $f" >&2; exit 1; }
 done
 ls "$prefix/$libdir"/libcolibri.so.1.* >/dev/null
+# The CUDA backend module, when this build has one, is installed next to the library (where
+# libcolibri looks for it).
+if [[ -e $build/capi/libcolibri_cuda.so ]]; then
+  [[ -e $prefix/$libdir/libcolibri_cuda.so ]] || { echo "missing from the install: $libdir/libcolibri_cuda.so" >&2; exit 1; }
+fi
 
 # 1. pkg-config, with the rpath line of docs/api.md ("Building and linking"): the program must
 # start with no LD_LIBRARY_PATH, the prefix being off the loader's path.

@@ -504,6 +504,26 @@ impl Isa {
     }
 }
 
+/// Where a session's forward pass runs ([`SessionOptions::device`]). A CUDA session needs the
+/// library's CUDA module, an NVIDIA driver and the device; without one of them the session is
+/// refused with a message starting "no CUDA device: " (docs/api.md, "Devices").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Device {
+    /// The CPU kernels (the default).
+    Cpu,
+    /// NVIDIA GPU `cuda:N`, in CUDA's device order.
+    Cuda(u32),
+}
+
+impl Device {
+    fn raw(self) -> (u32, u32) {
+        match self {
+            Device::Cpu => (sys::COLIBRI_DEVICE_CPU, 0),
+            Device::Cuda(index) => (sys::COLIBRI_DEVICE_CUDA, index),
+        }
+    }
+}
+
 fn pin_raw(pin: bool) -> u32 {
     if pin {
         sys::COLIBRI_PIN_ON
@@ -910,6 +930,9 @@ impl Model {
                 (o.numa_policy, o.numa_node) = n.raw();
             }
             set(&mut o.max_isa, options.max_isa.map(Isa::raw));
+            if let Some(d) = options.device {
+                (o.device_kind, o.device_index) = d.raw();
+            }
             Ok(o)
         }
     }
@@ -1012,6 +1035,8 @@ pub struct SessionOptions {
     pub numa: Option<Numa>,
     /// Cap on the kernels' instruction set (default: the best the CPU has).
     pub max_isa: Option<Isa>,
+    /// Where the forward pass runs (default [`Device::Cpu`]).
+    pub device: Option<Device>,
 }
 
 /// A KV cache plus the scratch memory and threads to run the model: `Send`, not `Sync`.

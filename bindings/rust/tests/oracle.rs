@@ -240,6 +240,25 @@ fn load_into_memory_gives_the_mapped_bits() {
     assert!(la.iter().zip(lb).all(|(x, y)| x.to_bits() == y.to_bits()), "loaded logits differ from mapped");
 }
 
+// A CUDA session on a machine without a device is refused with "no CUDA device: ..."; where a
+// device is present the case returns early (scripts/gpu-check.sh tests the device).
+#[test]
+fn cuda_without_a_device_is_unsupported() {
+    let fx = match fixture() {
+        Some(fx) => fx,
+        None => return,
+    };
+    let model = open(fx);
+    let options = SessionOptions { context_length: Some(64), device: Some(Device::Cuda(0)), ..Default::default() };
+    match model.session(&options) {
+        Ok(_) => eprintln!("a CUDA device is present: skipped"),
+        Err(e) => {
+            assert_eq!(e.status(), Status::UNSUPPORTED, "{e}");
+            assert!(e.message().starts_with("no CUDA device: "), "{e}");
+        }
+    }
+}
+
 #[test]
 fn max_isa_caps_the_kernels() {
     let fx = match fixture() {

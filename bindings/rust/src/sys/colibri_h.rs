@@ -53,6 +53,8 @@ pub const COLIBRI_ISA_AUTO: u32 = 0;
 pub const COLIBRI_ISA_SCALAR: u32 = 1;
 pub const COLIBRI_ISA_AVX2: u32 = 2;
 pub const COLIBRI_ISA_AVX512: u32 = 3;
+pub const COLIBRI_DEVICE_CPU: u32 = 0;
+pub const COLIBRI_DEVICE_CUDA: u32 = 1;
 pub const COLIBRI_FINISH_NONE: u32 = 0;
 pub const COLIBRI_FINISH_LENGTH: u32 = 1;
 pub const COLIBRI_FINISH_EOS: u32 = 2;
@@ -1621,12 +1623,14 @@ pub struct colibri_session_options {
     pub numa_node: u32,
     pub max_isa: u32,
     pub reserved0: u32,
+    pub device_kind: u32,
+    pub device_index: u32,
 }
 #[test]
 fn bindgen_test_layout_colibri_session_options() {
     assert_eq!(
         ::core::mem::size_of::<colibri_session_options>(),
-        64usize,
+        72usize,
         concat!("Size of: ", stringify!(colibri_session_options))
     );
     assert_eq!(
@@ -1889,6 +1893,40 @@ fn bindgen_test_layout_colibri_session_options() {
         );
     }
     test_field_reserved0();
+    fn test_field_device_kind() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_session_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).device_kind) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_session_options),
+                "::",
+                stringify!(device_kind)
+            )
+        );
+    }
+    test_field_device_kind();
+    fn test_field_device_index() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_session_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).device_index) as usize - ptr as usize
+            },
+            68usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_session_options),
+                "::",
+                stringify!(device_index)
+            )
+        );
+    }
+    test_field_device_index();
 }
 extern "C" {
     pub fn colibri_session_options_init(
