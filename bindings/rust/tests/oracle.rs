@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 
 use colibri::{
-    ChatMessage, ChatOptions, DetokenizeFlags, EngineOptions, Error, FinishReason, GenerateOptions, Isa, Library, LogLevel, Model, ModelOptions,
+    ChatMessage, ChatOptions, DetokenizeFlags, Device, EngineOptions, Error, FinishReason, GenerateOptions, Isa, Library, LogLevel, Model, ModelOptions,
     RequestOptions, SamplerOptions, Session, SessionOptions, Status, TokenizeFlags,
 };
 
