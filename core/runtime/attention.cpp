@@ -123,17 +123,27 @@ Error Session::attention(uint32_t layer, const BatchEntry *entries, size_t count
     float *out = &b.attn[t * Q + h0 * D];
     std::fill(out, out + group * D, 0.0f);
     if (f16_cache) {
-      // Each cached row is widened once for all the heads of the group.
-      float *row = &b.kv_row[thread * 2 * D];
-      for (size_t p = 0; p < n; ++p) {
-        kernels_->f16_to_f32(kv.f16() + kv.offset(table[p / B], layer) + (p % B) * KV + kvh * D, row, D);
-        for (size_t h = 0; h < group; ++h) scores[h * context + p] = kernels_->dot_f32(q + h * D, row, D) * scale;
-      }
+      // Chunks of kF16KvChunkRows positions (never crossing a cache block) are widened to f32
+      // once for all the heads of the group, then go through the f32 path's block kernels: the
+      // same bits as an f32 cache holding the widened values (a score depends on its query and
+      // key row only; the value sums continue in ascending position).
+      float *rows = &b.kv_rows[thread * kF16KvChunkRows * D];
+      auto for_each_chunk = [&](size_t offset, auto &&fn) {
+        for (size_t p0 = 0; p0 < n;) {
+          const size_t in_block = B - p0 % B, len = std::min({kF16KvChunkRows, in_block, n - p0});
+          const uint16_t *src = kv.f16() + kv.offset(table[p0 / B], layer) + offset + (p0 % B) * KV + kvh * D;
+          for (size_t r = 0; r < len; ++r) kernels_->f16_to_f32(src + r * KV, rows + r * D, D);
+          fn(p0, len);
+          p0 += len;
+        }
+      };
+      for_each_chunk(0, [&](size_t p0, size_t len) {
+        kernels_->attention_scores(q, D, group, rows, D, len, D, scale, scores + p0, context);
+      });
       kernels_->attention_softmax(scores, context, group, n);
-      for (size_t p = 0; p < n; ++p) {
-        kernels_->f16_to_f32(kv.f16() + kv.offset(table[p / B], layer) + value_off + (p % B) * KV + kvh * D, row, D);
-        for (size_t h = 0; h < group; ++h) kernels_->scale_add(out + h * D, scores[h * context + p], row, D);
-      }
+      for_each_chunk(value_off, [&](size_t p0, size_t len) {
+        kernels_->attention_values_accumulate(scores + p0, context, group, rows, D, len, D, out, D);
+      });
     } else {
       for (size_t j = 0; j < blocks; ++j) {
         const float *keys = kv.f32() + kv.offset(table[j], layer) + kvh * D;

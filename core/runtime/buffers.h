@@ -24,6 +24,11 @@ struct ExpertTask {
 // at most this many rows per phase (see run_experts in moe.cpp).
 inline constexpr size_t kExpertPrefillStripeRows = 256;
 
+// An f16 KV cache is read in chunks of this many positions: each chunk of one KV head's keys
+// (then values) is widened to f32 once into the thread's kv_rows and goes through the same
+// block kernels as an f32 cache (32 KB per thread at head_dim 128: stays in L1/L2).
+inline constexpr size_t kF16KvChunkRows = 64;
+
 struct Session::Buffers {
   std::vector<float> x;        // [N, hidden] residual stream
   std::vector<float> xn;       // [N, hidden] normed input of a block
@@ -32,7 +37,7 @@ struct Session::Buffers {
   std::vector<float> attn;     // [N, q_dim] attention output before o_proj
   std::vector<float> ffn_out;  // [N, hidden]
   std::vector<float> scores;   // [P, heads per KV head, context] attention scores per thread
-  std::vector<float> kv_row;           // [P, 2, head_dim] a cache row converted to f32 (F16 only)
+  std::vector<float> kv_rows;          // [P, kF16KvChunkRows, head_dim] cache rows widened to f32 (F16 only)
   std::vector<float> rope_inv_freq;    // [head_dim / 2] θ^(−2i/d), fixed for the model
   std::vector<float> rope_trig;        // [N, head_dim] cos | sin of each entry's position
   // MoE
@@ -73,7 +78,7 @@ struct Session::Buffers {
     for (size_t i = 0; i < rope_inv_freq.size(); ++i)
       rope_inv_freq[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
     rope_trig.assign(N * c.head_dim, 0.0f);
-    if (o.kv_dtype == KvDtype::F16) kv_row.assign(threads * 2 * c.head_dim, 0.0f);
+    if (o.kv_dtype == KvDtype::F16) kv_rows.assign(threads * kF16KvChunkRows * c.head_dim, 0.0f);
     router_logits.assign(N * E, 0.0f);
     topk_expert.assign(N * K, 0);
     topk_weight.assign(N * K, 0.0f);

@@ -124,7 +124,7 @@ int32_t Sampler::pick(const float *logits_in, float *logits) {
       if (logits[i] > logits[best]) best = i;
     return static_cast<int32_t>(best);
   }
-  // 3. Temperature, then candidates sorted by logit (ties: lower id first).
+  // 3. Candidates: the finite logits, in id order.
   candidates_.clear();
   for (size_t i = 0; i < vocab_; ++i)
     if (std::isfinite(logits[i])) candidates_.push_back(static_cast<int32_t>(i));
@@ -134,42 +134,71 @@ int32_t Sampler::pick(const float *logits_in, float *logits) {
       if (logits_in[i] > logits_in[best]) best = i;
     return static_cast<int32_t>(best);
   }
+  // Descending logit, ties to the lower id: the order top-k and top-p cut in. Nothing else needs
+  // an order, so the vocabulary is sorted only as far as a cut needs it (never in full when
+  // top_k = 0 and top_p = 1: the draw then walks the candidates in id order, which samples the
+  // same distribution).
   auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   size_t keep = candidates_.size();
+  size_t sorted = 0;  // candidates_[0, sorted) hold the best `sorted` candidates in order
   if (options_.top_k > 0 && options_.top_k < keep) {
     keep = options_.top_k;
     std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<long>(keep), candidates_.end(), by_logit);
-  } else {
-    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+    sorted = keep;
   }
-  // 4. Softmax over the kept candidates (in double, fixed order).
-  const double max_logit = logits[candidates_[0]];
+  // 4. Softmax weights over the kept candidates, in double, summed in the array's order.
+  float max_logit = logits[candidates_[0]];
+  for (size_t i = 1; i < keep; ++i) max_logit = std::max(max_logit, logits[candidates_[i]]);
+  const double inv_temperature = 1.0 / static_cast<double>(options_.temperature);
+  auto weight = [&](int32_t id) {
+    return std::exp((static_cast<double>(logits[id]) - static_cast<double>(max_logit)) * inv_temperature);
+  };
   std::vector<double> &probs = probs_;
   probs.resize(keep);
   double sum = 0.0;
   for (size_t i = 0; i < keep; ++i) {
-    probs[i] = std::exp((static_cast<double>(logits[candidates_[i]]) - max_logit) / options_.temperature);
+    probs[i] = weight(candidates_[i]);
     sum += probs[i];
   }
-  for (size_t i = 0; i < keep; ++i) probs[i] /= sum;
-  // 5. top-p: smallest prefix whose mass reaches top_p (at least one token).
+  // 5. top-p: the smallest prefix in descending order whose mass reaches top_p (at least one
+  // token). The order is built in doubling chunks, so a peaked distribution sorts a few dozen
+  // candidates, not the vocabulary.
   if (options_.top_p < 1.0f) {
     double mass = 0.0;
     size_t n = 0;
-    while (n < keep) {
-      mass += probs[n++];
-      if (mass >= options_.top_p) break;
+    size_t chunk = std::min<size_t>(keep, kTopPFirstChunk);
+    for (bool reached = false; !reached;) {
+      if (sorted < chunk) {
+        std::partial_sort(candidates_.begin() + static_cast<long>(sorted), candidates_.begin() + static_cast<long>(chunk),
+                          candidates_.begin() + static_cast<long>(keep), by_logit);
+        for (size_t i = sorted; i < chunk; ++i) probs[i] = weight(candidates_[i]);
+        sorted = chunk;
+      }
+      while (n < chunk) {
+        mass += probs[n++] / sum;
+        if (mass >= options_.top_p) {
+          reached = true;
+          break;
+        }
+      }
+      if (n == keep) break;
+      chunk = std::min(keep, 2 * chunk);
     }
     keep = n;
   }
-  // 6. min-p: drop tokens below min_p · p_max.
+  // 6. min-p: drop tokens below min_p · p_max, keeping the order. Weights are relative to the
+  // best kept logit, whose weight is exp(0) = 1, so the rule reads weight < min_p.
   if (options_.min_p > 0.0f) {
-    double floor = options_.min_p * probs[0];
-    size_t n = 1;
-    while (n < keep && probs[n] >= floor) ++n;
+    const double floor = static_cast<double>(options_.min_p);
+    size_t n = 0;
+    for (size_t i = 0; i < keep; ++i) {
+      if (probs[i] < floor) continue;
+      probs[n] = probs[i];
+      candidates_[n++] = candidates_[i];
+    }
     keep = n;
   }
-  // 7. Draw from the renormalised survivors.
+  // 7. Draw from the renormalised survivors, in the array's order.
   double total = 0.0;
   for (size_t i = 0; i < keep; ++i) total += probs[i];
   double r = next_uniform() * total;

@@ -44,6 +44,9 @@ class Sampler {
   const SamplerOptions &options() const { return options_; }
 
  private:
+  // top-p orders the candidates in chunks of this many, doubling, until the mass is reached.
+  static constexpr size_t kTopPFirstChunk = 64;
+
   double next_uniform();  // [0, 1)
   // The chain on checked logits: logits_in as given, logits the caller's copy (penalised here).
   int32_t pick(const float *logits_in, float *logits);

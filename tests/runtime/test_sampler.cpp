@@ -93,6 +93,55 @@ TEST_CASE("top-p keeps the smallest prefix reaching the mass", "[sampler]") {
   CHECK(h[0] == 500);  // 0.6 alone reaches 0.5
 }
 
+TEST_CASE("top-p over a wide vocabulary keeps exactly the best prefix, past the first sort chunk", "[sampler]") {
+  // 1000 tokens, logits a permutation of descending values: the prefix that reaches the mass
+  // spans several of the sampler's doubling sort chunks (64, 128, ...).
+  constexpr size_t kVocab = 1000;
+  std::vector<float> logits(kVocab);
+  std::vector<int32_t> rank_of(kVocab);
+  for (size_t i = 0; i < kVocab; ++i) {
+    const size_t rank = (i * 337) % kVocab;  // 337 is coprime with 1000: a permutation
+    rank_of[i] = static_cast<int32_t>(rank);
+    logits[i] = -0.001f * static_cast<float>(rank);
+  }
+  // The mass of the best n ranks, in the order the sampler adds them.
+  double total = 0.0;
+  for (size_t r = 0; r < kVocab; ++r) total += std::exp(static_cast<double>(-0.001f * static_cast<float>(r)));
+  SamplerOptions o = plain(1.0f);
+  o.top_p = 0.3f;
+  double mass = 0.0;
+  size_t want = 0;
+  while (mass < 0.3) mass += std::exp(static_cast<double>(-0.001f * static_cast<float>(want++))) / total;
+  REQUIRE(want > 64);  // past the first chunk
+  Sampler s(o, kVocab);
+  auto h = histogram(s, logits, 20000);
+  int32_t worst = 0;
+  for (auto [token, n] : h) worst = std::max(worst, rank_of[static_cast<size_t>(token)]);
+  CHECK(static_cast<size_t>(worst) + 1 <= want);
+  CHECK(static_cast<size_t>(worst) + 1 >= want - 2);  // the last kept ranks are drawn at all
+}
+
+TEST_CASE("without top-k or top-p, draws follow the softmax over the whole vocabulary", "[sampler]") {
+  // 4096 tokens in shuffled order, 8 of them likely: the unsorted draw must still sample the
+  // softmax. p(each likely token) = e^3 / (8 e^3 + 4088) ≈ 0.0282.
+  constexpr size_t kVocab = 4096;
+  std::vector<float> logits(kVocab, 0.0f);
+  for (size_t i = 0; i < 8; ++i) logits[(i * 977 + 13) % kVocab] = 3.0f;
+  Sampler s(plain(1.0f), kVocab);
+  constexpr int kDraws = 40000;
+  auto h = histogram(s, logits, kDraws);
+  const double p_likely = std::exp(3.0) / (8 * std::exp(3.0) + (kVocab - 8));
+  for (size_t i = 0; i < 8; ++i) {
+    const double expected = p_likely * kDraws;  // ≈ 1129, sd ≈ 33
+    CHECK(std::fabs(h[static_cast<int32_t>((i * 977 + 13) % kVocab)] - expected) < 6 * std::sqrt(expected));
+  }
+  int others = 0;
+  for (auto [token, n] : h)
+    if (logits[static_cast<size_t>(token)] == 0.0f) others += n;
+  const double p_others = 1.0 - 8 * p_likely, expected_others = p_others * kDraws;  // ≈ 38 970, sd ≈ 32
+  CHECK(std::fabs(others - expected_others) < 6 * std::sqrt(kDraws * p_others * (1.0 - p_others)));
+}
+
 TEST_CASE("min-p drops tokens below min_p times the best probability", "[sampler]") {
   SamplerOptions o = plain(1.0f);
   o.min_p = 0.4f;
