@@ -105,9 +105,17 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
     s->bound_cpus_ = util::cpu_set_of(threads.cpus);
     s->bound_ = true;
   }
-  s->pool_ = util::ThreadPool::create(pool_options, "the session's thread pool (threads option)", error);
+  s->pool_ = util::ThreadPool::create_placed(pool_options, "the session's thread pool (threads option)", error);
   if (!s->pool_) return nullptr;
   s->thread_report_ = threads.description;
+  if (pool_options.pin_threads && s->pool_->thread_count() > 1) {
+    // Workers are pinned to CPUs 1.. of the set; the caller's share runs on the first one for
+    // each call (ScopedThreadCpus in forward()), whichever thread calls, and the caller gets
+    // its own CPUs back after it: a service's thread is never left pinned.
+    s->bound_cpus_ = util::cpu_set_of({s->pool_->caller_cpu()});
+    s->bound_ = true;
+    s->thread_report_ += (s->thread_report_.empty() ? "" : "; ") + std::string("threads pinned one per CPU");
+  }
   try {
     s->buffers_ = std::make_unique<Buffers>(model, options, s->pool_->thread_count());
     KvCacheShape shape;
@@ -221,7 +229,7 @@ Error Session::forward(const BatchEntry *entries, size_t count) {
   if (Error e = model_.image().check_unchanged()) return e;  // before any weight is read (issue 18, item 4)
   if (Error e = check_batch(entries, count)) return e;
   logit_rows_ = 0;  // until this pass has produced its logits
-  const util::ScopedThreadCpus on_node(bound_ ? &bound_cpus_ : nullptr);  // bind:N: the caller's share on node N
+  const util::ScopedThreadCpus on_node(bound_ ? &bound_cpus_ : nullptr);  // bind:N or pinned: the caller's share there
   const model::ModelConfig &c = model_.config();
   Buffers &b = *buffers_;
   const size_t H = c.hidden_size;
@@ -452,7 +460,7 @@ Error Session::moe_layer(uint32_t layer, const float *hidden, size_t count, cons
   }
   float *input = buffers_->xn.data();
   std::memcpy(input, hidden, count * c.hidden_size * sizeof(float));
-  const util::ScopedThreadCpus on_node(bound_ ? &bound_cpus_ : nullptr);  // bind:N: the caller's share on node N
+  const util::ScopedThreadCpus on_node(bound_ ? &bound_cpus_ : nullptr);  // bind:N or pinned: the caller's share there
   return ffn(layer, count, routes, input, out, nullptr);
 }
 

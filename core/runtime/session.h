@@ -33,7 +33,7 @@ struct SessionOptions {
   uint32_t max_batch_tokens = 512;   // entries per forward() call
   uint32_t max_logit_rows = 0;       // rows of logits per call; 0 = max_sequences
   size_t threads = 0;                // 0 = all CPUs this process may use
-  bool pin_threads = false;
+  bool pin_threads = false;          // one CPU per thread; the caller's share on the first, per call
   bool force_scalar = false;         // use the scalar kernels (tests, debugging)
   // The most capable kernel level to use: the session gets the best level the CPU supports
   // at or below it (Avx2 on an AVX-512 machine runs the AVX2 kernels: tests, benchmarks
@@ -198,7 +198,7 @@ class Session {
   const kernels::KernelTable *kernels_;
   std::unique_ptr<util::ThreadPool> pool_;
   std::string thread_report_;
-  bool bound_ = false;     // bind:N: bound_cpus_ are node N's CPUs the process may use
+  bool bound_ = false;     // bind:N: bound_cpus_ are node N's CPUs the process may use; pinned: thread 0's CPU
   cpu_set_t bound_cpus_{};
   std::unique_ptr<Buffers> buffers_;
   std::unique_ptr<KvCache> kv_;

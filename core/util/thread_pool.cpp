@@ -32,6 +32,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -58,15 +59,14 @@ std::vector<int> allowed_cpus() {
   return cpus;
 }
 
-bool run_on_cpus(pthread_t thread, const std::vector<int> &cpus) {
+// 0, or the error number of the refusal (EINVAL: no CPU of the set exists or may be used).
+int run_on_cpus(pthread_t thread, const std::vector<int> &cpus) {
   cpu_set_t set;
   CPU_ZERO(&set);
   for (int cpu : cpus)
     if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &set);
-  return pthread_setaffinity_np(thread, sizeof(set), &set) == 0;
+  return pthread_setaffinity_np(thread, sizeof(set), &set);
 }
-
-bool pin_to_cpu(pthread_t thread, int cpu) { return run_on_cpus(thread, {cpu}); }
 
 using Clock = std::chrono::steady_clock;
 
@@ -96,8 +96,18 @@ ThreadPool::ThreadPool(const ThreadPoolOptions &options)
     worker_ids_.push_back(workers_.back().get_id());
     // A worker may run its first instructions elsewhere before this; it takes no task before
     // the first call, which comes after the constructor has returned.
-    if (options.pin_threads) pin_to_cpu(workers_.back().native_handle(), cpus_[thread % cpus_.size()]);
-    else if (!options.cpus.empty()) run_on_cpus(workers_.back().native_handle(), cpus_);
+    // A refused placement is kept as placement_error_ (create() returns it): a caller who asked
+    // for pinned or placed threads must not get unplaced ones silently.
+    int refused = 0;
+    if (options.pin_threads) refused = run_on_cpus(workers_.back().native_handle(), {cpus_[thread % cpus_.size()]});
+    else if (!options.cpus.empty()) refused = run_on_cpus(workers_.back().native_handle(), cpus_);
+    if (refused != 0 && placement_error_.empty()) {
+      placement_error_ = options.pin_threads ? "the OS refused to pin worker " + std::to_string(thread) + " to CPU " +
+                                                   std::to_string(cpus_[thread % cpus_.size()])
+                                             : "the OS refused to run worker " + std::to_string(thread) +
+                                                   " on the CPUs it was given";
+      placement_error_ += " (" + std::string(std::strerror(refused)) + ")";
+    }
   }
 }
 
@@ -124,7 +134,18 @@ std::unique_ptr<ThreadPool> ThreadPool::create(const ThreadPoolOptions &options,
   }
 }
 
-bool ThreadPool::pin_calling_thread() { return pin_to_cpu(pthread_self(), cpus_[0]); }
+std::unique_ptr<ThreadPool> ThreadPool::create_placed(const ThreadPoolOptions &options, const std::string &purpose,
+                                                      Error *error) {
+  std::unique_ptr<ThreadPool> pool = create(options, purpose, error);
+  if (pool && !pool->placement_error_.empty()) {
+    *error = make_error(ErrorKind::InvalidArgument,
+                        purpose + ": " + pool->placement_error_ +
+                            "; give CPUs this process may run on (taskset, numactl, the container's cpuset) or "
+                            "turn thread pinning off");
+    return nullptr;
+  }
+  return pool;
+}
 
 bool ThreadPool::called_from_inside() const {
   const std::thread::id self = std::this_thread::get_id();

@@ -47,8 +47,8 @@ struct ThreadPoolOptions {
   // (sched_getaffinity). 1 = no worker threads: parallel_for runs everything inline.
   size_t thread_count = 0;
   // Pin worker i (1 <= i < thread_count) to the i-th CPU of `cpus` (default: of the CPUs this
-  // process may run on), wrapping around. The calling thread is left alone unless it calls
-  // pin_calling_thread().
+  // process may run on), wrapping around. The calling thread is left alone: the session moves
+  // it to caller_cpu() for each call (util/numa.h ScopedThreadCpus).
   bool pin_threads = false;
   // The CPUs the workers run on (each worker's affinity, or with pin_threads the CPUs they are
   // pinned to), e.g. one NUMA node's: ascending, and a subset of the CPUs the creating thread may
@@ -80,6 +80,11 @@ class ThreadPool {
   // the thread limit, the thread and `purpose` ("the session's thread pool").
   static std::unique_ptr<ThreadPool> create(const ThreadPoolOptions &options, const std::string &purpose,
                                             Error *error);
+  // create(), and also nullptr with *error (InvalidArgument) when the OS refused to pin a worker
+  // (pin_threads) or to run it on the given cpus: placement that was asked for is never dropped
+  // silently.
+  static std::unique_ptr<ThreadPool> create_placed(const ThreadPoolOptions &options, const std::string &purpose,
+                                                   Error *error);
   ~ThreadPool();
   ThreadPool(const ThreadPool &) = delete;
   ThreadPool &operator=(const ThreadPool &) = delete;
@@ -101,10 +106,9 @@ class ThreadPool {
         const_cast<void *>(static_cast<const void *>(std::addressof(fn))));
   }
 
-  // Pins the calling thread to the first CPU this process may run on (the slot of thread
-  // 0). Meant for the one thread that will call parallel_for, together with pin_threads.
-  // Returns false if the OS refused.
-  bool pin_calling_thread();
+  // The CPU of thread 0's slot (the caller's): with pin_threads, the one CPU no worker is
+  // pinned to while thread_count() <= the number of cpus.
+  int caller_cpu() const { return cpus_[0]; }
 
   // The first task of thread `thread`'s own range for task_count tasks (thread ==
   // thread_count() gives task_count): the static partition each call starts from.
@@ -131,6 +135,7 @@ class ThreadPool {
 
   size_t thread_count_ = 1;
   uint32_t spin_microseconds_ = 0;
+  std::string placement_error_;  // the first refused pin or placement, empty if none
   std::vector<int> cpus_;  // CPUs the workers run on (ThreadPoolOptions::cpus or the creator's), in order
   std::vector<std::thread> workers_;
   std::vector<std::thread::id> worker_ids_;

@@ -387,6 +387,40 @@ TEST_CASE("bind:N runs the session's workers on node N, and the calling thread t
   CHECK_THAT(message, Contains("bind:1") && Contains("not among the CPUs this process may run on"));
 }
 
+TEST_CASE("pin_threads runs the caller's share on thread 0's CPU for the call and gives its CPUs back",
+          "[numa][threads]") {
+  const std::vector<int> cpus = util::calling_thread_cpus();
+  if (cpus.size() < 2) {
+    WARN("one CPU: pinning the caller to one CPU cannot be told from not pinning it; not checked");
+    return;
+  }
+  const std::string path = tiny_model("pin-threads");
+  Error e;
+  auto m = model::Model::load(path, {}, &e);
+  REQUIRE(m);
+  runtime::SessionOptions plain;
+  plain.threads = 2;
+  const std::vector<float> expected = logits_of(*m, plain);
+  runtime::SessionOptions so = plain;
+  so.pin_threads = true;
+  so.context_length = 16;
+  so.max_batch_tokens = 8;
+  CHECK(logits_of(*m, so) == expected);  // same bits pinned or not
+  auto s = runtime::Session::create(*m, so, &e);
+  REQUIRE(s);
+  CHECK_THAT(s->thread_placement(), Contains("pinned"));
+  const std::vector<int> first = {cpus[0]};
+  CallerSite site;
+  site.node = &first;
+  s->set_expert_hook({&CallerSite::hook, &site});
+  const std::vector<int> before = util::calling_thread_cpus();
+  std::vector<runtime::BatchEntry> batch = {{0, 0, 1, 0}, {0, 1, 5, 1}};
+  REQUIRE(s->forward(batch.data(), batch.size()).ok());
+  CHECK(site.calls > 0);
+  CHECK(site.always_inside);                     // during the call: on the first CPU only
+  CHECK(util::calling_thread_cpus() == before);  // after it: its own CPUs back
+}
+
 TEST_CASE("bind:0 on this machine keeps the threads on node 0's CPUs that the process may use", "[numa][threads]") {
   const std::string path = tiny_model("numa-bind0");
   Error e;

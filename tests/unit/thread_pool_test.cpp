@@ -385,3 +385,34 @@ TEST_CASE("a worker the OS refuses to start: the pool reports the thread limit",
                           Catch::Contains(" of 8 for the test's pool") && Catch::Contains("Resource temporarily unavailable") &&
                           Catch::Contains("ulimit -u, here 3") && Catch::Contains("Use fewer threads"));
 }
+
+TEST_CASE("a pin or placement the OS refuses is an error naming the worker and the CPU, never dropped", "[thread_pool]") {
+  // CPU_SETSIZE - 1 exists on no machine this runs on: pthread_setaffinity_np refuses it.
+  ThreadPoolOptions o;
+  o.thread_count = 2;
+  o.pin_threads = true;
+  o.cpus = {CPU_SETSIZE - 1};
+  colibri::Error e;
+  CHECK(ThreadPool::create_placed(o, "test pool", &e) == nullptr);
+  CHECK(e.kind == colibri::ErrorKind::InvalidArgument);
+  CHECK(e.message.find("test pool") != std::string::npos);
+  CHECK(e.message.find("worker 1 to CPU " + std::to_string(CPU_SETSIZE - 1)) != std::string::npos);
+  o.pin_threads = false;  // the same CPUs as a placement
+  colibri::Error placed;
+  CHECK(ThreadPool::create_placed(o, "test pool", &placed) == nullptr);
+  CHECK(placed.message.find("on the CPUs it was given") != std::string::npos);
+  // CPUs that exist: pinned workers, and the caller's slot is the first CPU.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+  int first = -1;
+  for (int cpu = 0; cpu < CPU_SETSIZE && first < 0; ++cpu)
+    if (CPU_ISSET(cpu, &set)) first = cpu;
+  ThreadPoolOptions ok;
+  ok.thread_count = 2;
+  ok.pin_threads = true;
+  colibri::Error none;
+  auto pool = ThreadPool::create_placed(ok, "test pool", &none);
+  REQUIRE(pool);
+  CHECK(pool->caller_cpu() == first);
+}
