@@ -19,6 +19,7 @@
 #include "modeltool/commands.h"
 #include "util/atomic_file.h"
 #include "util/strings.h"
+#include "util/thread_pool.h"
 
 namespace colibri::modeltool {
 
@@ -180,50 +181,90 @@ struct TensorReport {
   double error_bound = 0.0;  // q8: max scale / 2; f16/bf16: half an ulp of the largest magnitude; q4, q8f16, mxfp4: 0 (none given)
 };
 
+// More threads than this is a typo, not a machine.
+constexpr unsigned kMaxRepackThreads = 1024;
+
+// Rows per parallel chunk: about kChunkOutputBytes of output each, so the staging stays small
+// and the writer appends while memory is warm.
+constexpr uint64_t kChunkOutputBytes = 8u << 20;
+
+// One row's part of a TensorReport, merged in row order after each chunk.
+struct RowReport {
+  size_t bad_column;      // first value the target cannot store (cols if none)
+  float bad_value;
+  double max_abs_error;   // the row's largest |value - stored value|
+  double max_abs_value;   // f16/bf16 targets: the row's largest finite magnitude
+  float max_scale;        // q8: the row's largest group scale
+};
+
 Error convert_tensor(const image::Image &img, const image::TensorInfo &t, image::DType target, uint32_t group,
-                     image::ImageWriter *writer, TensorReport *report) {
+                     util::ThreadPool &pool, image::ImageWriter *writer,
+                     TensorReport *report) {
   const unsigned char *src = img.data(t);
   uint64_t cols = t.shape[t.rank - 1];
   uint64_t rows = t.element_count() / cols;
   if (target == t.dtype && (!image::is_block_dtype(target) || group == t.group_size))
     return interrupted() ? interrupted_error() : writer->append(src, t.size);  // same layout: copy
-  uint64_t src_row = image::row_bytes(t.dtype, t.group_size, cols);
-  uint64_t dst_row = image::row_bytes(target, group, cols);
-  std::vector<float> values(cols), back(cols);
-  std::vector<unsigned char> encoded(dst_row);
+  const uint64_t src_row = image::row_bytes(t.dtype, t.group_size, cols);
+  const uint64_t dst_row = image::row_bytes(target, group, cols);
+  const uint64_t chunk_rows = std::max<uint64_t>(1, kChunkOutputBytes / dst_row);
+  const size_t threads = pool.thread_count();
+  // Per thread: the decoded row and its round trip; per chunk row: the output and the report.
+  std::vector<float> values(threads * cols), back(threads * cols);
+  std::vector<unsigned char> encoded(std::min(rows, chunk_rows) * dst_row);
+  std::vector<RowReport> row_reports(std::min(rows, chunk_rows));
   float max_scale = 0.0f;
   double max_abs_value = 0.0;
-  for (uint64_t r = 0; r < rows; ++r) {
+  for (uint64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
     if (interrupted()) return interrupted_error();
-    const unsigned char *row = src + r * src_row;
-    if (image::is_block_dtype(t.dtype)) image::dequantize_row(t.dtype, t.group_size, row, cols, values.data());
-    else image::decode_floats(t.dtype, row, cols, values.data());
-    const size_t bad = image::first_unstorable(target, values.data(), cols);
-    if (bad != cols)
-      return make_error(ErrorKind::NonFinite,
-                        strprintf("tensor '%s' holds %g at row %llu, column %zu: %s. Repack to --dtype %s instead",
-                                  t.name.c_str(), static_cast<double>(values[bad]), static_cast<unsigned long long>(r),
-                                  bad, image::unstorable_reason(target), image::storable_alternatives(target)));
-    if (target == image::DType::Q8) {
-      float err = image::quantize_row_q8(values.data(), cols, group, encoded.data(), &max_scale);
-      report->max_abs_error = std::max<double>(report->max_abs_error, err);
-    } else if (image::is_block_dtype(target)) {  // q4, q8f16, mxfp4: the error measured, no bound given
-      image::quantize_row(target, group, values.data(), cols, encoded.data());
-      image::dequantize_row(target, group, encoded.data(), cols, back.data());
-      for (uint64_t c = 0; c < cols; ++c)
-        report->max_abs_error = std::max(report->max_abs_error, std::fabs(static_cast<double>(values[c]) - back[c]));
-    } else {
-      image::encode_floats(target, values.data(), cols, encoded.data());
-      image::decode_floats(target, encoded.data(), cols, back.data());
-      for (uint64_t c = 0; c < cols; ++c) {
-        double v = std::fabs(static_cast<double>(values[c]));
-        if (std::isfinite(v)) {
-          max_abs_value = std::max(max_abs_value, v);
-          report->max_abs_error = std::max(report->max_abs_error, std::fabs(static_cast<double>(values[c]) - back[c]));
+    const uint64_t n = std::min(chunk_rows, rows - r0);
+    // Rows are independent: each is decoded, checked and encoded by one thread; the results
+    // do not depend on the thread count (the reports are merged in row order below).
+    pool.parallel_for(n, [&](size_t i, size_t thread) {
+      float *v = values.data() + thread * cols, *b = back.data() + thread * cols;
+      const unsigned char *row = src + (r0 + i) * src_row;
+      unsigned char *out = encoded.data() + i * dst_row;
+      RowReport &rr = row_reports[i];
+      rr = {cols, 0.0f, 0.0, 0.0, 0.0f};
+      if (image::is_block_dtype(t.dtype)) image::dequantize_row(t.dtype, t.group_size, row, cols, v);
+      else image::decode_floats(t.dtype, row, cols, v);
+      rr.bad_column = image::first_unstorable(target, v, cols);
+      if (rr.bad_column != cols) {
+        rr.bad_value = v[rr.bad_column];
+        return;
+      }
+      if (target == image::DType::Q8) {
+        rr.max_abs_error = image::quantize_row_q8(v, cols, group, out, &rr.max_scale);
+      } else if (image::is_block_dtype(target)) {  // q4, q8f16, mxfp4: the error measured, no bound given
+        image::quantize_row(target, group, v, cols, out);
+        image::dequantize_row(target, group, out, cols, b);
+        for (uint64_t c = 0; c < cols; ++c)
+          rr.max_abs_error = std::max(rr.max_abs_error, std::fabs(static_cast<double>(v[c]) - b[c]));
+      } else {
+        image::encode_floats(target, v, cols, out);
+        image::decode_floats(target, out, cols, b);
+        for (uint64_t c = 0; c < cols; ++c) {
+          double value = std::fabs(static_cast<double>(v[c]));
+          if (std::isfinite(value)) {
+            rr.max_abs_value = std::max(rr.max_abs_value, value);
+            rr.max_abs_error = std::max(rr.max_abs_error, std::fabs(static_cast<double>(v[c]) - b[c]));
+          }
         }
       }
+    });
+    for (uint64_t i = 0; i < n; ++i) {  // the first bad row of the chunk is the first of the tensor
+      const RowReport &rr = row_reports[i];
+      if (rr.bad_column != cols)
+        return make_error(ErrorKind::NonFinite,
+                          strprintf("tensor '%s' holds %g at row %llu, column %zu: %s. Repack to --dtype %s instead",
+                                    t.name.c_str(), static_cast<double>(rr.bad_value),
+                                    static_cast<unsigned long long>(r0 + i), rr.bad_column,
+                                    image::unstorable_reason(target), image::storable_alternatives(target)));
+      report->max_abs_error = std::max(report->max_abs_error, rr.max_abs_error);
+      max_abs_value = std::max(max_abs_value, rr.max_abs_value);
+      max_scale = std::max(max_scale, rr.max_scale);
     }
-    if (Error e = writer->append(encoded.data(), encoded.size())) return e;
+    if (Error e = writer->append(encoded.data(), n * dst_row)) return e;
   }
   if (target == image::DType::Q8) {
     report->error_bound = max_scale / 2.0;
@@ -300,9 +341,15 @@ Error rewrite_image(const RepackRequest &r) {
   for (const auto &t : img->tensors()) total += t.size;
   Progress progress("repack", total, r.progress);
   std::vector<TensorReport> reports(specs.size());
+  util::ThreadPoolOptions pool_options;
+  pool_options.thread_count = r.threads;  // 0: the CPUs this process may use
+  std::unique_ptr<util::ThreadPool> pool =
+      util::ThreadPool::create(pool_options, "repack's conversion threads (--threads)", &error);
+  if (!pool) return error;
   for (size_t i = 0; i < specs.size(); ++i) {
     const image::TensorInfo &t = img->tensors()[i];
-    if (Error e = convert_tensor(*img, t, specs[i].dtype, specs[i].group_size, &writer, &reports[i])) return e;
+    if (Error e = convert_tensor(*img, t, specs[i].dtype, specs[i].group_size, *pool, &writer, &reports[i]))
+      return e;
     done += t.size;
     progress.update(done, t.name);
   }
@@ -338,7 +385,7 @@ int run_repack(int argc, char **argv) {
       "compress", "write the zstd distribution form (.colibri.zst)")(
       "decompress", "restore the byte-identical image from a .colibri.zst")(
       "level", "zstd level for --compress (1..19)", cxxopts::value<int>()->default_value("3"))(
-      "threads", "zstd worker threads (0 = all cores)", cxxopts::value<unsigned>()->default_value("0"))(
+      "threads", "worker threads for dtype conversion and zstd (0 = all the CPUs this process may use)", cxxopts::value<unsigned>()->default_value("0"))(
       "f,force", "overwrite OUT if it exists")("q,quiet", "print nothing on success")("h,help", "show this help")(
       "in", "input", cxxopts::value<std::string>())("out", "output", cxxopts::value<std::string>());
   add_progress_flags(options);
@@ -367,6 +414,8 @@ int run_repack(int argc, char **argv) {
   if (r.group_size != 32 && r.group_size != 64 && r.group_size != 128)
     return usage(strprintf("--group-size %u: use 32 or 64 (q8), 32, 64 or 128 (q4)", r.group_size));
   if (r.zstd_level < 1 || r.zstd_level > 19) return usage(strprintf("--level %d: use 1..19", r.zstd_level));
+  if (r.threads > kMaxRepackThreads)
+    return usage(strprintf("--threads %u: use 0 (all CPUs) to %u", r.threads, kMaxRepackThreads));
   if (args->count("dtype")) {
     r.change_dtype = true;
     std::string name = (*args)["dtype"].as<std::string>();

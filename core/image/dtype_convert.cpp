@@ -67,15 +67,39 @@ float quantize_row_q8(const float *src, size_t cols, uint32_t group_size, void *
     float scale;
     std::memcpy(&scale, block, 4);
     const int8_t *q = reinterpret_cast<const int8_t *>(block + 4);
-    for (uint32_t i = 0; i < group_size; ++i)
-      worst = std::fmax(worst, std::fabs(src[g * group_size + i] - scale * static_cast<float>(q[i])));
+    // The largest error on bit patterns (non-negative floats order as integers; the reduction
+    // vectorises). A NaN error (a group holding a NaN or an infinity, which callers refuse
+    // first) ranks above every number: such a group is left out of the result.
+    uint32_t worst_bits = 0;
+    for (uint32_t i = 0; i < group_size; ++i) {
+      const float error = std::fabs(src[g * group_size + i] - scale * static_cast<float>(q[i]));
+      uint32_t bits;
+      std::memcpy(&bits, &error, 4);
+      worst_bits = bits > worst_bits ? bits : worst_bits;
+    }
+    float group_worst;
+    std::memcpy(&group_worst, &worst_bits, 4);
+    if (worst_bits <= 0x7F800000u && group_worst > worst) worst = group_worst;
     if (max_scale && scale > *max_scale) *max_scale = scale;
   }
   return worst;
 }
 
 size_t first_non_finite(const float *src, size_t count) {
-  for (size_t i = 0; i < count; ++i)
+  // Blocks of 64 are screened with a branch-free OR of "exponent all ones" (vectorises); a
+  // block that has one is searched.
+  constexpr size_t kBlock = 64;
+  size_t i = 0;
+  for (; i + kBlock <= count; i += kBlock) {
+    uint32_t any = 0;
+    for (size_t j = 0; j < kBlock; ++j) {
+      uint32_t bits;
+      std::memcpy(&bits, &src[i + j], 4);
+      any |= (bits & 0x7F800000u) == 0x7F800000u ? 1u : 0u;
+    }
+    if (any) break;
+  }
+  for (; i < count; ++i)
     if (!std::isfinite(src[i])) return i;
   return count;
 }
@@ -172,16 +196,28 @@ bool is_block_dtype(DType dtype) {
 
 namespace {
 
-// round half away from zero, as the q8 rule (a float in range: |t| well below 2^23).
-float round_half_away(float t) {
-  float r = std::trunc(t);
+float clampf(float v, float lo, float hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+// The integer code of t under "round half away from zero, then clamp to [lo, hi]", for finite or
+// infinite t, in a form the compiler vectorises (no libm call, no branch): t is first clamped to
+// [lo - 8, hi + 8], which changes no result (beyond hi, or below lo, the rounded value clamps to
+// the same end), and in that range truncation through int32 is exact.
+float round_clamped(float t, float lo, float hi) {
+  t = clampf(t, lo - 8.0f, hi + 8.0f);
+  const float r = static_cast<float>(static_cast<int32_t>(t));
   const float fraction = t - r;
-  if (fraction >= 0.5f) r += 1.0f;
-  if (fraction <= -0.5f) r -= 1.0f;
-  return r;
+  return clampf(r + (fraction >= 0.5f ? 1.0f : 0.0f) - (fraction <= -0.5f ? 1.0f : 0.0f), lo, hi);
 }
 
-float clampf(float v, float lo, float hi) { return v < lo ? lo : v > hi ? hi : v; }
+// The largest |x[i]| of finite values (the writers refuse others first), vectorisable.
+float max_magnitude(const float *x, uint32_t n) {
+  float m = 0.0f;
+  for (uint32_t i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    m = a > m ? a : m;
+  }
+  return m;
+}
 
 // The 4-bit codes of 32 values into 16 bytes: byte j = code j | code j + 16 << 4.
 void pack_nibbles(const uint8_t *codes, unsigned char *out) {
@@ -194,30 +230,36 @@ uint8_t nibble(const unsigned char *packed, uint32_t i) {
 }
 
 void quantize_q8f16(const float *x, unsigned char *block) {
-  float amax = 0.0f;
-  for (uint32_t i = 0; i < kQ8F16GroupSize; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+  const float amax = max_magnitude(x, kQ8F16GroupSize);
   const uint16_t h = f32_to_f16(amax / 127.0f);
   const float scale = f16_to_f32(h);
   std::memcpy(block, &h, 2);
-  for (uint32_t i = 0; i < kQ8F16GroupSize; ++i) {
-    const float q = scale == 0.0f ? 0.0f : clampf(round_half_away(x[i] / scale), -127.0f, 127.0f);
-    block[2 + i] = static_cast<unsigned char>(static_cast<int8_t>(q));
-  }
+  int8_t q[kQ8F16GroupSize] = {};
+  if (scale != 0.0f)
+    for (uint32_t i = 0; i < kQ8F16GroupSize; ++i) q[i] = static_cast<int8_t>(round_clamped(x[i] / scale, -127.0f, 127.0f));
+  std::memcpy(block + 2, q, kQ8F16GroupSize);
 }
 
 void quantize_q4(const float *x, uint32_t group_size, unsigned char *block) {
-  float extreme = 0.0f;
-  for (uint32_t i = 0; i < group_size; ++i)
-    if (std::fabs(x[i]) > std::fabs(extreme)) extreme = x[i];
+  // The value of largest magnitude, the first of them if several: its sign sets the scale's.
+  const float amax = max_magnitude(x, group_size);
+  float extreme = 0.0f;  // all zero: +0, whatever zeros' signs
+  for (uint32_t i = 0; amax > 0.0f && i < group_size; ++i)
+    if (std::fabs(x[i]) == amax) {
+      extreme = x[i];
+      break;
+    }
   const uint16_t h = f32_to_f16(extreme / -8.0f);
   const float scale = f16_to_f32(h);
   std::memcpy(block, &h, 2);
   uint8_t codes[kSubBlock];
   for (uint32_t s = 0; s < group_size / kSubBlock; ++s) {
-    for (uint32_t i = 0; i < kSubBlock; ++i) {
-      const float v = x[s * kSubBlock + i];
-      const float q = scale == 0.0f ? 0.0f : clampf(round_half_away(v / scale), -8.0f, 7.0f);
-      codes[i] = static_cast<uint8_t>(static_cast<int>(q) + kQ4CodeOffset);
+    if (scale == 0.0f) {
+      std::memset(codes, kQ4CodeOffset, sizeof codes);
+    } else {
+      for (uint32_t i = 0; i < kSubBlock; ++i)
+        codes[i] = static_cast<uint8_t>(static_cast<int>(round_clamped(x[s * kSubBlock + i] / scale, -8.0f, 7.0f)) +
+                                        kQ4CodeOffset);
     }
     pack_nibbles(codes, block + 2 + s * (kSubBlock / 2));
   }

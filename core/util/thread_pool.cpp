@@ -24,7 +24,7 @@
 // the next job's larger task count it "claimed" past the end of a drained G range, then
 // decremented the next job's remaining_ — a hang, caught by engine_bench and pinned by "a
 // late worker never runs or counts a task of another job".)
-#include "core/util/thread_pool.h"
+#include "util/thread_pool.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -33,6 +33,9 @@ bool parse_u64(const std::string &text, uint64_t *out) {
 
 }  // namespace
 
+// More conversion threads than this is a typo, not a machine.
+constexpr uint64_t kMaxConvertThreads = 1024;
+
 int run_convert(int argc, char **argv) {
   cxxopts::Options options("colibri-model convert", kDescription);
   options.custom_help("MODEL_DIR -o OUT.colibri [OPTION...]");
@@ -49,6 +52,8 @@ int run_convert(int argc, char **argv) {
       ("group-size", "group size of q8 (32 or 64) and q4 (32, 64 or 128)", cxxopts::value<std::string>()->default_value("32"))
       ("alignment", "tensor alignment in bytes: a power of two from 64 to 2097152",
        cxxopts::value<std::string>()->default_value("4096"))
+      ("threads", "conversion threads (0 = all the CPUs this process may use)",
+       cxxopts::value<std::string>()->default_value("0"))
       ("f,force", "overwrite OUT if it exists")
       ("q,quiet", "no progress and no summary line")
       ("no-progress", "no progress on standard error (the summary line stays)")
@@ -94,6 +99,11 @@ int run_convert(int argc, char **argv) {
     std::string alignment = (*args)["alignment"].as<std::string>();
     if (!parse_u64(alignment, &request.alignment))
       return usage_error("--alignment '" + alignment + "' is not a number of bytes");
+    std::string threads = (*args)["threads"].as<std::string>();
+    uint64_t thread_count = 0;
+    if (!parse_u64(threads, &thread_count) || thread_count > kMaxConvertThreads)
+      return usage_error("--threads '" + threads + "': give 0 (all CPUs) to " + std::to_string(kMaxConvertThreads));
+    request.threads = static_cast<size_t>(thread_count);
     request.overwrite = args->count("force") > 0;
     quiet = args->count("quiet") > 0;
   } catch (const cxxopts::exceptions::exception &e) {

@@ -135,7 +135,13 @@ Error write_image(const ConvertOptions &options, const image::ModelHeaderFields 
   auto show = [&](size_t done_tensors, uint64_t done_bytes) {
     if (progress) progress->update(done_bytes, strprintf("%zu/%zu tensors", done_tensors, count));
   };
-  TensorStreamer streamer;
+  util::ThreadPoolOptions pool_options;
+  pool_options.thread_count = options.threads;  // 0: the CPUs this process may use
+  Error pool_error;
+  std::unique_ptr<util::ThreadPool> pool =
+      util::ThreadPool::create(pool_options, "convert's conversion threads (--threads)", &pool_error);
+  if (!pool) return pool_error;
+  TensorStreamer streamer(*pool);
   uint64_t done_bytes = 0;
   for (size_t i = 0; i < count; ++i) {
     auto on_progress = [&](uint64_t bytes) { show(i, done_bytes += bytes); };

@@ -33,6 +33,7 @@ struct ConvertOptions {
   uint64_t alignment = image::kDefaultAlignment;
   bool overwrite = false;             // replace an existing output
   bool progress = false;              // progress bar on stderr (drawn only when it is a terminal)
+  size_t threads = 0;                 // conversion threads; 0 = the CPUs this process may use
 };
 
 struct ConvertReport {

@@ -34,22 +34,29 @@ Error TensorStreamer::write(const SafetensorsCheckpoint &checkpoint, const Plann
         error = writer->append(chunk, chunk_bytes);  // same dtype: straight from the map
       } else {
         rows_.resize(n * cols);
-        image::decode_floats(decoded, chunk, n * cols, rows_.data());
         const uint64_t out_row_bytes = image::row_bytes(stored, group, cols);
         encoded_.resize(n * out_row_bytes);
-        for (uint64_t r = 0; r < n; ++r) {
-          const float *in = rows_.data() + r * cols;
+        bad_column_.resize(n);
+        // Rows are independent: decoded, checked and encoded by one thread each (the same
+        // bytes for any thread count); the first bad row is found in row order below.
+        pool_.parallel_for(n, [&](size_t r, size_t) {
+          float *in = rows_.data() + r * cols;
           unsigned char *out = encoded_.data() + r * out_row_bytes;
-          const size_t bad = image::first_unstorable(stored, in, cols);
+          image::decode_floats(decoded, chunk + r * source_row_bytes, cols, in);
+          bad_column_[r] = image::first_unstorable(stored, in, cols);
+          if (bad_column_[r] != cols) return;
+          if (image::is_block_dtype(stored)) image::quantize_row(stored, group, in, cols, out);
+          else image::encode_floats(stored, in, cols, out);
+        });
+        for (uint64_t r = 0; r < n; ++r) {
+          const size_t bad = bad_column_[r];
           if (bad != cols)
             return make_error(ErrorKind::NonFinite,
                               util::strprintf("checkpoint tensor '%s' holds %g at row %llu, column %zu (image tensor "
                                               "'%s'): %s. Fix the checkpoint, or convert with --dtype %s",
-                                              source->name.c_str(), static_cast<double>(in[bad]),
+                                              source->name.c_str(), static_cast<double>(rows_[r * cols + bad]),
                                               static_cast<unsigned long long>(row + r), bad, tensor.spec.name.c_str(),
                                               image::unstorable_reason(stored), image::storable_alternatives(stored)));
-          if (image::is_block_dtype(stored)) image::quantize_row(stored, group, in, cols, out);
-          else image::encode_floats(stored, in, cols, out);
         }
         error = writer->append(encoded_.data(), encoded_.size());
       }

@@ -10,13 +10,18 @@
 
 #include "modeltool/convert/safetensors.h"
 #include "modeltool/convert/tensor_plan.h"
+#include "image/dtype_convert.h"
 #include "image/writer.h"
+#include "util/thread_pool.h"
 #include "util/error.h"
 
 namespace colibri::modeltool::convert {
 
 class TensorStreamer {
  public:
+  // Rows of a chunk are converted on `pool`'s threads (the same bytes for any thread count).
+  explicit TensorStreamer(util::ThreadPool &pool) : pool_(pool) {}
+
   // Source bytes per chunk; the f32 staging buffer is at most twice this (f16 sources).
   static constexpr uint64_t kChunkSourceBytes = 4u << 20;
 
@@ -26,7 +31,9 @@ class TensorStreamer {
               const std::function<void(uint64_t source_bytes)> &on_progress);
 
  private:
+  util::ThreadPool &pool_;
   std::vector<float> rows_;               // decoded f32 rows of one chunk
+  std::vector<size_t> bad_column_;        // per row of the chunk: first unstorable column, or cols
   std::vector<unsigned char> encoded_;    // the same rows in the stored dtype
 };
 

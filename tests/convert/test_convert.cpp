@@ -261,6 +261,37 @@ TEST_CASE("q8 uses the requested group size and falls back where rows do not div
   check_tensors(*img, s);
 }
 
+TEST_CASE("convert writes the same bytes for any thread count", "[convert][threads]") {
+  ScopedTempDir dir("threads");
+  SyntheticCheckpointSpec s;
+  s.architecture = "Qwen2MoeForCausalLM";
+  s.dtype = "BF16";
+  s.hidden = 64;
+  s.expert_ffn = 64;
+  s.shared_ffn = 32;
+  REQUIRE_FALSE(testing::write_synthetic_checkpoint(dir / "hf", s));
+  for (image::DType dtype : {image::DType::Q8, image::DType::Q4, image::DType::F16}) {
+    std::vector<std::vector<unsigned char>> files;
+    for (size_t threads : {1, 2, 5}) {
+      modeltool::convert::ConvertOptions options;
+      options.input = dir / "hf";
+      std::string name = "t";  // (not "t" + std::to_string(...): GCC 12's -Wrestrict false positive)
+      name += std::to_string(threads);
+      name += ".colibri";
+      options.output = dir / name;
+      options.dtype = dtype;
+      options.threads = threads;
+      options.overwrite = true;
+      modeltool::convert::ConvertReport report;
+      REQUIRE_FALSE(modeltool::convert::convert_checkpoint(options, &report));
+      files.push_back(testing::read_file(options.output));
+    }
+    INFO(image::dtype_name(dtype));
+    CHECK(files[0] == files[1]);
+    CHECK(files[0] == files[2]);
+  }
+}
+
 TEST_CASE("q4 and mxfp4 (--dtype) quantise the experts, the other matrices are q8f16, --tensor-dtype overrides a class",
           "[convert][q4]") {
   ScopedTempDir dir("q4");

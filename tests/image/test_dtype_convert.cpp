@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -371,4 +372,111 @@ TEST_CASE("the version-2 block dtypes refuse what they cannot store", "[dtype]")
   CHECK(first_unstorable(DType::Q8F16, x.data(), 32) == 32);
   x[5] = 1e7f;
   CHECK(first_unstorable(DType::Q8F16, x.data(), 32) == 5);
+}
+
+namespace {
+
+// docs/format.md's q4 and q8f16 rules written the plain way (trunc, branches), to pin the
+// vectorised quantisers to them byte for byte.
+float reference_round_half_away(float t) {
+  float r = std::trunc(t);
+  const float fraction = t - r;
+  if (fraction >= 0.5f) r += 1.0f;
+  if (fraction <= -0.5f) r -= 1.0f;
+  return r;
+}
+
+std::vector<unsigned char> reference_q4(const std::vector<float> &x, uint32_t g) {
+  std::vector<unsigned char> out;
+  for (size_t b = 0; b < x.size() / g; ++b) {
+    const float *v = x.data() + b * g;
+    float extreme = 0.0f;
+    for (uint32_t i = 0; i < g; ++i)
+      if (std::fabs(v[i]) > std::fabs(extreme)) extreme = v[i];
+    const uint16_t h = f32_to_f16(extreme / -8.0f);
+    const float scale = f16_to_f32(h);
+    out.push_back(static_cast<unsigned char>(h & 0xFF));
+    out.push_back(static_cast<unsigned char>(h >> 8));
+    for (uint32_t s = 0; s < g / 32; ++s) {
+      uint8_t codes[32];
+      for (uint32_t i = 0; i < 32; ++i) {
+        const float q = scale == 0.0f ? 0.0f : std::clamp(reference_round_half_away(v[s * 32 + i] / scale), -8.0f, 7.0f);
+        codes[i] = static_cast<uint8_t>(static_cast<int>(q) + 8);
+      }
+      for (uint32_t j = 0; j < 16; ++j) out.push_back(static_cast<unsigned char>(codes[j] | (codes[j + 16] << 4)));
+    }
+  }
+  return out;
+}
+
+std::vector<unsigned char> reference_q8f16(const std::vector<float> &x) {
+  std::vector<unsigned char> out;
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    const float *v = x.data() + b * 32;
+    float amax = 0.0f;
+    for (uint32_t i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(v[i]));
+    const uint16_t h = f32_to_f16(amax / 127.0f);
+    const float scale = f16_to_f32(h);
+    out.push_back(static_cast<unsigned char>(h & 0xFF));
+    out.push_back(static_cast<unsigned char>(h >> 8));
+    for (uint32_t i = 0; i < 32; ++i) {
+      const float q = scale == 0.0f ? 0.0f : std::clamp(reference_round_half_away(v[i] / scale), -127.0f, 127.0f);
+      out.push_back(static_cast<unsigned char>(static_cast<int8_t>(q)));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("q4 and q8f16 quantisers write the plain rule's bytes: halves, ties of the extreme, zeros, tiny and huge",
+          "[dtype][q4][q8f16]") {
+  std::mt19937 rng(7);
+  std::vector<std::vector<float>> groups;
+  // Exact halves of the step: the scale of a group whose extreme is -8 (q4) is exactly 1, so
+  // k + 0.5 lands on a tie; for q8f16 an extreme of 127 gives scale 1.
+  std::vector<float> halves_q4(32), halves_q8(32);
+  for (int i = 0; i < 32; ++i) {
+    halves_q4[i] = i == 0 ? -8.0f : static_cast<float>(i % 15 - 7) + (i % 2 ? 0.5f : -0.5f);
+    halves_q8[i] = i == 0 ? 127.0f : static_cast<float>(i * 7 % 250 - 125) + (i % 2 ? 0.5f : -0.5f);
+  }
+  groups.push_back(halves_q4);
+  groups.push_back(halves_q8);
+  std::vector<float> tie(32, 0.25f);  // +m and -m both largest: the first decides the sign
+  tie[3] = -1.0f;
+  tie[9] = 1.0f;
+  groups.push_back(tie);
+  std::vector<float> zeros(32, 0.0f);
+  zeros[0] = -0.0f;  // all zero with a negative zero first: the scale is still 0 / -8
+  groups.push_back(zeros);
+  std::vector<float> tiny(32), huge(32), mixed(32);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int i = 0; i < 32; ++i) {
+    tiny[i] = u(rng) * 4e-7f;   // f16-subnormal scales
+    huge[i] = u(rng) * 6e4f;    // near f16's range
+    mixed[i] = i == 5 ? 3e-3f : u(rng) * 1e-9f;
+  }
+  groups.push_back(tiny);
+  groups.push_back(huge);
+  groups.push_back(mixed);
+  for (int r = 0; r < 200; ++r) {
+    std::vector<float> g(32);
+    for (float &v : g) v = u(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 20) - 10);
+    groups.push_back(g);
+  }
+  for (const std::vector<float> &g : groups) {
+    std::vector<unsigned char> q4(row_bytes(DType::Q4, 32, 32)), q8(row_bytes(DType::Q8F16, 32, 32));
+    quantize_row(DType::Q4, 32, g.data(), 32, q4.data());
+    quantize_row(DType::Q8F16, 32, g.data(), 32, q8.data());
+    CHECK(q4 == reference_q4(g, 32));
+    CHECK(q8 == reference_q8f16(g));
+  }
+  // Wider q4 groups over the concatenation.
+  std::vector<float> all;
+  for (size_t i = 0; i < 128; ++i) all.insert(all.end(), groups[i].begin(), groups[i].end());
+  for (uint32_t g : {64u, 128u}) {
+    std::vector<unsigned char> q(row_bytes(DType::Q4, g, all.size()));
+    quantize_row(DType::Q4, g, all.data(), all.size(), q.data());
+    CHECK(q == reference_q4(all, g));
+  }
 }

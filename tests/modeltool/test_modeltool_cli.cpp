@@ -361,6 +361,24 @@ TEST_CASE("repack to q8 reports a rounding error bounded by scale/2", "[cli][rep
   CHECK(rows_checked > 0);
 }
 
+TEST_CASE("repack writes the same bytes and report for any --threads, and refuses absurd counts", "[cli][repack][threads]") {
+  std::string dir = testing::temp_dir("cli-threads");
+  std::string path = make_image(dir);
+  for (const char *dtype : {"q8", "q4", "q8f16", "bf16"}) {
+    INFO(dtype);
+    Run one = run_tool("repack " + path + " " + dir + "/t1.colibri --force --no-progress --threads 1 --dtype " + dtype);
+    Run three = run_tool("repack " + path + " " + dir + "/t3.colibri --force --no-progress --threads 3 --dtype " + dtype);
+    REQUIRE(one.exit_code == 0);
+    REQUIRE(three.exit_code == 0);
+    CHECK(testing::read_file(dir + "/t1.colibri") == testing::read_file(dir + "/t3.colibri"));
+    // The error table is the same too (the output name aside).
+    CHECK(one.out.substr(0, one.out.find("wrote")) == three.out.substr(0, three.out.find("wrote")));
+  }
+  Run absurd = run_tool("repack " + path + " " + dir + "/x.colibri --dtype q8 --threads 100000");
+  CHECK(absurd.exit_code == 2);
+  CHECK_THAT(absurd.out, Contains("--threads 100000"));
+}
+
 TEST_CASE("repack refuses OUT == IN, existing OUT without --force, and bad options", "[cli][repack]") {
   std::string dir = testing::temp_dir("cli-refuse");
   std::string path = make_image(dir);
