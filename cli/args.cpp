@@ -59,8 +59,9 @@ struct Explained {
 };
 
 constexpr const char *kNoGpu =
-    "Colibri runs on the CPU: this build has no GPU backend (the CUDA backend is not built yet), so there is nothing to "
-    "offload or select; --threads and --numa place the work";
+    "the colibri commands run on the CPU: the CUDA backend is reached through the C API's session options "
+    "(device_kind, device_index: docs/api.md) and has no command-line flag yet, so there is nothing to offload or "
+    "select here; --threads and --numa place the work";
 constexpr const char *kNoServer =
     "this command does not serve HTTP: `colibri serve --host H --port N --parallel N` does (docs/server.md); or embed "
     "the serving engine in your service through the C API, Go or Rust bindings (docs/api.md)";
