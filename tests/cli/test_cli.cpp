@@ -720,12 +720,12 @@ TEST_CASE("llama.cpp spellings mean the same as Colibri's flags", "[cli][vocabul
 
 TEST_CASE("flags Colibri does not have are named with what it does instead", "[cli][vocabulary]") {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"run -p hi -ngl 99", "runs on the CPU"},
-      {"run -p hi --n-gpu-layers 99", "runs on the CPU"},
+      {"run -p hi -ngl 99", "no command-line flag yet"},
+      {"run -p hi --n-gpu-layers 99", "no command-line flag yet"},
       {"run -p hi -fa", "attention always runs fused"},
       {"run -p hi --port 8080", "does not serve HTTP: `colibri serve"},
-      {"run -p hi --gpu-id 0", "runs on the CPU"},
-      {"bench -ngl 99", "runs on the CPU"},
+      {"run -p hi --gpu-id 0", "no command-line flag yet"},
+      {"bench -ngl 99", "no command-line flag yet"},
       {"run -p hi -ctk q8_0", "f32 (the default) or f16"},
       {"run -p hi -ctk f16 -ctv f32", "share one dtype"},
       {"run -p hi --numa-bind 0,1", "numactl --membind=0,1"},
