@@ -311,8 +311,14 @@ void matmul_q8_entry(const void *weights, DType dtype, uint32_t group_size, size
 // -mavx512vnni and gets it wrong (results off by orders of magnitude: the signed weight codes
 // land on the instruction's unsigned side); kernels_tests "rows longer than the stack buffer"
 // caught it on an AVX-512 VNNI machine.
+// (clang does not auto-vectorise it that way and has no optimize attribute.)
+#if defined(__GNUC__) && !defined(__clang__)
+#define COLIBRI_NO_TREE_VECTORIZE __attribute__((optimize("no-tree-vectorize")))
+#else
+#define COLIBRI_NO_TREE_VECTORIZE
+#endif
 template <class WF>
-__attribute__((optimize("no-tree-vectorize"))) void q8_rows_beyond_stack(const void *weights, size_t w_stride, size_t cols, size_t row_begin, size_t row_end,
+COLIBRI_NO_TREE_VECTORIZE void q8_rows_beyond_stack(const void *weights, size_t w_stride, size_t cols, size_t row_begin, size_t row_end,
                           const float *x, size_t token_count, float *y, size_t y_stride, unsigned char *buffer,
                           size_t buffer_bytes) {
   constexpr uint32_t kAct = WF::kAct;
