@@ -116,6 +116,21 @@ std::string optional_string(const nlohmann::json &j, const char *key) {
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
+// A flag that may be absent (false); present, it must be true or false (nlohmann's value()
+// would throw on any other type, out of the open).
+Error optional_flag(const nlohmann::json &j, const char *key, const std::string &path, bool *out) {
+  *out = false;
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return {};
+  if (!it->is_boolean())
+    return make_error(ErrorKind::Corrupt,
+                      strprintf("'%s': tokenizer metadata '%s' is %s, not true or false; the metadata is damaged: "
+                                "convert the checkpoint again",
+                                path.c_str(), key, it->type_name()));
+  *out = it->get<bool>();
+  return {};
+}
+
 }  // namespace
 
 std::unique_ptr<Model> Model::from_image(std::unique_ptr<image::Image> img, Error *error) {
@@ -151,8 +166,8 @@ Error Model::bind() {
     if (eos != tok->end() && eos->is_array())
       for (const auto &id : *eos)
         if (id.is_number_integer()) tokenizer_.eos_token_ids.push_back(id.get<int64_t>());
-    tokenizer_.add_bos_token = tok->value("add_bos_token", false);
-    tokenizer_.add_eos_token = tok->value("add_eos_token", false);
+    if (Error e = optional_flag(*tok, "add_bos_token", image_->path(), &tokenizer_.add_bos_token)) return e;
+    if (Error e = optional_flag(*tok, "add_eos_token", image_->path(), &tokenizer_.add_eos_token)) return e;
   }
 
   const ModelConfig &c = config_;

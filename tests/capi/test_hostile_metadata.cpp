@@ -162,3 +162,39 @@ TEST_CASE("a chat template that cannot be parsed: colibri run -p works, run --ch
                            Contains("nest deeper than the limit of 64 levels (ChatTemplateLimits::max_nesting_depth)"));
   CHECK(std::count(chat.err.begin(), chat.err.end(), '\n') <= 2);  // one message, no crash report
 }
+
+TEST_CASE("every model and tokenizer metadata key given a value of the wrong type is a named error, never internal",
+          "[capi][limits]") {
+  // The fuzzer found one (tokenizer.add_bos_token as a string escaped nlohmann's type_error out
+  // of the open); this sweeps the class: each key in turn replaced by a value of every other type.
+  const std::string dir = colibri::testing::temp_dir("capi-types");
+  const colibri::testing::ModelImageParts base = colibri::testing::model_parts(colibri::testing::tiny_model_config());
+  const nlohmann::json replacements[] = {"text", 12345, -1, 1.5, true, nullptr, nlohmann::json::array({1, 2}),
+                                         nlohmann::json::object({{"a", 1}})};
+  size_t opened = 0, refused = 0;
+  for (const char *section : {"model", "tokenizer"}) {
+    REQUIRE(base.metadata.contains(section));
+    for (const auto &item : base.metadata[section].items()) {
+      for (const nlohmann::json &value : replacements) {
+        if (value.type() == item.value().type()) continue;
+        colibri::testing::ModelImageParts parts = base;
+        parts.metadata[section][item.key()] = value;
+        const std::string path = dir + "/t.colibri";
+        REQUIRE_FALSE(colibri::testing::write_model_parts(path, parts));
+        colibri_model *model = nullptr;
+        const int32_t status = colibri_model_open(path.c_str(), nullptr, &model);
+        INFO(section << "." << item.key() << " = " << value.dump() << ": " << last_error());
+        CHECK(status != COLIBRI_ERROR_INTERNAL);
+        if (status == COLIBRI_OK) {
+          ++opened;
+          colibri_model_close(model);
+        } else {
+          ++refused;
+          CHECK(model == nullptr);
+        }
+      }
+    }
+  }
+  CHECK(refused > 0);
+  WARN("wrong-typed metadata values: " << opened << " opened (ignored or accepted), " << refused << " refused");
+}
