@@ -65,27 +65,6 @@ inline __m256i load_codes(const unsigned char *p) {
   }
 }
 
-// Lane i of group g of an R × TT tile holds pair p = 8g + i = r · TT + t: the row and the token
-// index vectors that gather each lane's weight and activation scales (padded lanes read row
-// R - 1, whose product meets an int32 sum of 0).
-template <int R, int TT>
-struct PairLanes {
-  static constexpr int kGroups = (R * TT + 7) / 8;
-  struct Table {
-    alignas(32) int32_t row[kGroups * 8];
-    alignas(32) int32_t token[kGroups * 8];
-  };
-  static constexpr Table make() {
-    Table t{};
-    for (int p = 0; p < kGroups * 8; ++p) {
-      t.row[p] = p < R * TT ? p / TT : R - 1;
-      t.token[p] = p % TT;
-    }
-    return t;
-  }
-  static constexpr Table kTable = make();
-};
-
 // The tile kernel of the q8-activation formats (interface: see "A tile kernel" in
 // matmul_generic.inl). Pairs p = r * TT + t are processed in groups of 8, one fp32 lane per pair.
 template <class WF, Path P>
@@ -111,15 +90,12 @@ struct QTile {
       for (int g = 0; g < kGroups; ++g) acc[g] = _mm256_loadu_ps(state + 8 * g);
     }
     const unsigned char *x = a.x + (k_begin / WF::kAct) * kXBlockBytes;
-    // The block scales, padded with zeros to whole vectors: dw[r] for each row (TT = 1: up to
-    // kGroups · 8 rows, read 8 at a time; else R <= 8 rows gathered by lane), dx[t] per token.
-    alignas(32) float dw[(R > 8 ? kGroups * 8 : 8)] = {};
-    alignas(32) float dx[8] = {};
-    static_assert(TT <= 8 && (TT == 1 || R <= 8), "the scale gathers read one 8-float vector");
     for (size_t b = k_begin / WF::kAct; b < k_end / WF::kAct; ++b, x += kXBlockBytes) {
       // One prefetch per row and 64-byte line of weights (kBlocksPerLine blocks); no result
       // depends on it.
       const bool prefetch = b % kBlocksPerLine<WF> == 0;
+      float dw[R];
+      float dx[TT];
       __m256i sums[kGroups * 8];
       if constexpr (TT == 1) {
         // One token: the activation's magnitudes go on the unsigned side, computed once per
@@ -171,20 +147,14 @@ struct QTile {
         }
       }
       for (int p = kPairs; p < kGroups * 8; ++p) sums[p] = _mm256_setzero_si256();
-      // Per lane: (dw · dx) · float(isum), one multiply for the scale product (as the scalar
-      // reference), built with one vector multiply per 8 pairs.
       for (int g = 0; g < kGroups; ++g) {
         const __m256i isum = reduce8_epi32(sums + 8 * g);
-        __m256 d;
-        if constexpr (TT == 1) {
-          d = _mm256_mul_ps(_mm256_load_ps(dw + 8 * g), _mm256_set1_ps(dx[0]));
-        } else {
-          const auto &lanes = PairLanes<R, TT>::kTable;
-          const __m256i row = _mm256_load_si256(reinterpret_cast<const __m256i *>(lanes.row + 8 * g));
-          const __m256i token = _mm256_load_si256(reinterpret_cast<const __m256i *>(lanes.token + 8 * g));
-          d = _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_load_ps(dw), row),
-                            _mm256_permutevar8x32_ps(_mm256_load_ps(dx), token));
+        alignas(32) float scales[8];
+        for (int i = 0; i < 8; ++i) {
+          const int p = 8 * g + i;
+          scales[i] = p < kPairs ? dw[p / TT] * dx[p % TT] : 0.0f;
         }
+        const __m256 d = _mm256_load_ps(scales);
         acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
       }
     }
