@@ -24,8 +24,10 @@ using namespace colibri;
 namespace {
 
 std::unique_ptr<runtime::Session> make_session(const model::Model &m, uint32_t sequences = 1, size_t threads = 2,
-                                               runtime::NonFinitePolicy policy = runtime::NonFinitePolicy::Error) {
+                                               runtime::NonFinitePolicy policy = runtime::NonFinitePolicy::Error,
+                                               runtime::KvDtype kv = runtime::KvDtype::F32) {
   runtime::SessionOptions so;
+  so.kv_dtype = kv;
   so.context_length = 64;
   so.max_sequences = sequences;
   so.max_batch_tokens = 32;
@@ -65,23 +67,11 @@ TEST_CASE("prefill of N tokens in one batch equals N single-token decode steps, 
         auto oc = testing::load_oracle(name);
         auto m = fixture_model(name, dtype);
         const size_t V = m->config().vocab_size, n = oc.input_ids.size();
-        auto session_with_kv = [&] {
-          runtime::SessionOptions so;
-          so.context_length = 64;
-          so.max_batch_tokens = 32;
-          so.max_logit_rows = 32;
-          so.threads = 2;
-          so.kv_dtype = kv;
-          Error err;
-          auto s = runtime::Session::create(*m, so, &err);
-          REQUIRE(s);
-          return s;
-        };
-        auto batch_session = session_with_kv();
+        auto batch_session = make_session(*m, 1, 2, runtime::NonFinitePolicy::Error, kv);
         std::vector<runtime::BatchEntry> batch;
         for (size_t i = 0; i < n; ++i) batch.push_back({0, static_cast<uint32_t>(i), oc.input_ids[i], 1});
         REQUIRE(batch_session->forward(batch.data(), n).ok());
-        auto step_session = session_with_kv();
+        auto step_session = make_session(*m, 1, 2, runtime::NonFinitePolicy::Error, kv);
         size_t differing = 0;
         for (size_t i = 0; i < n; ++i) {
           runtime::BatchEntry e{0, static_cast<uint32_t>(i), oc.input_ids[i], 1};
@@ -334,14 +324,7 @@ TEST_CASE("an f16 KV cache stays close to the f32 cache and keeps the greedy tok
   const size_t V = m->config().vocab_size, n = oc.input_ids.size();
   std::vector<float> f32_logits;
   for (runtime::KvDtype kv : {runtime::KvDtype::F32, runtime::KvDtype::F16}) {
-    runtime::SessionOptions so;
-    so.context_length = 64;
-    so.max_batch_tokens = 32;
-    so.max_logit_rows = 32;
-    so.kv_dtype = kv;
-    Error err;
-    auto s = runtime::Session::create(*m, so, &err);
-    REQUIRE(s);
+    auto s = make_session(*m, 1, 0, runtime::NonFinitePolicy::Error, kv);
     std::vector<runtime::BatchEntry> batch;
     for (size_t i = 0; i < n; ++i) batch.push_back({0, static_cast<uint32_t>(i), oc.input_ids[i], 1});
     REQUIRE(s->forward(batch.data(), n).ok());
