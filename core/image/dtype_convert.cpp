@@ -199,14 +199,10 @@ namespace {
 float clampf(float v, float lo, float hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 // The integer code of t under "round half away from zero, then clamp to [lo, hi]", for finite or
-// infinite t, in a form the compiler vectorises (no libm call, no branch): t is first clamped to
-// [lo - 8, hi + 8], which changes no result (beyond hi, or below lo, the rounded value clamps to
-// the same end), and in that range truncation through int32 is exact.
+// infinite t: t is first clamped to [lo - 8, hi + 8], which changes no result (beyond hi, or
+// below lo, the rounded value clamps to the same end) and bounds it for the kernels' rounding.
 float round_clamped(float t, float lo, float hi) {
-  t = clampf(t, lo - 8.0f, hi + 8.0f);
-  const float r = static_cast<float>(static_cast<int32_t>(t));
-  const float fraction = t - r;
-  return clampf(r + (fraction >= 0.5f ? 1.0f : 0.0f) - (fraction <= -0.5f ? 1.0f : 0.0f), lo, hi);
+  return clampf(kernels::round_half_away_bounded(clampf(t, lo - 8.0f, hi + 8.0f)), lo, hi);
 }
 
 // The largest |x[i]| of finite values (the writers refuse others first), vectorisable.

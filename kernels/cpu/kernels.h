@@ -51,6 +51,14 @@ inline constexpr uint32_t kQ8GroupSizeLarge = 64;
 inline constexpr int kQ8MinValue = -127;
 inline constexpr size_t q8_block_bytes(uint32_t group_size) { return 4u + group_size; }
 inline constexpr int32_t q8_value(int8_t q) { return q < kQ8MinValue ? kQ8MinValue : q; }
+// Round half away from zero, the quantisers' rule (docs/format.md), for |t| < 2^31 (callers
+// bound t first): truncation through int32 is then exact. Written as selects, with no libm
+// call, so that loops over it vectorise (their files build with -fno-trapping-math).
+inline float round_half_away_bounded(float t) {
+  const float r = static_cast<float>(static_cast<int32_t>(t));
+  const float fraction = t - r;
+  return r + (fraction >= 0.5f ? 1.0f : 0.0f) - (fraction <= -0.5f ? 1.0f : 0.0f);
+}
 
 // The 4/8-bit block formats of image format version 2 (docs/format.md has the byte layout):
 //   Q4     groups of G = 32, 64 or 128: { f16 scale; u8 codes[G/2] }, value = scale·(code − 8)

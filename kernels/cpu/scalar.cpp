@@ -14,22 +14,19 @@
 namespace colibri::kernels {
 namespace detail {
 
+// The three cases as selects, so that the row loop (scalar::f16_to_f32) vectorises.
 float f16_to_f32_scalar(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exponent = (h >> 10) & 0x1Fu;
   const uint32_t mantissa = h & 0x3FFu;
-  uint32_t bits;
-  if (exponent == 0) {
-    // Zero or subnormal: mantissa · 2^-24 is exact in fp32.
-    float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
-    std::memcpy(&bits, &magnitude, 4);
-    bits |= sign;
-  } else if (exponent == 31) {
-    // Inf, or NaN made quiet (what F16C's vcvtph2ps does).
-    bits = sign | 0x7F800000u | (mantissa << 13) | (mantissa != 0 ? 0x00400000u : 0u);
-  } else {
-    bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
-  }
+  // Zero or subnormal: mantissa · 2^-24 is exact in fp32.
+  const float sub = static_cast<float>(static_cast<int32_t>(mantissa)) * 5.9604644775390625e-8f;
+  uint32_t sub_bits;
+  std::memcpy(&sub_bits, &sub, 4);
+  // Inf, or NaN made quiet (what F16C's vcvtph2ps does).
+  const uint32_t special = 0x7F800000u | (mantissa << 13) | (mantissa != 0 ? 0x00400000u : 0u);
+  const uint32_t normal = ((exponent + 112u) << 23) | (mantissa << 13);
+  const uint32_t bits = sign | (exponent == 0 ? sub_bits : exponent == 31 ? special : normal);
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
@@ -176,13 +173,10 @@ struct QTile {
   }
 };
 
-// scale = max|x| / 127 (NaN if the block holds a NaN/Inf); q = round-half-away(x / scale),
-// 0 where x / scale is not a number (scale 0 or NaN).
-// Written so that the compiler vectorises it (selects, no branch, no libm call: this file is
-// built with -fno-trapping-math, which changes no value): the rule is the plain one,
-//   scale = max|x| / 127 (NaN if the group holds a NaN or an infinity),
-//   q = t = x / scale rounded half away from zero and clamped to ±127 when |t| <= 127.5, else 0,
-// and in that range truncation through int32 is exact.
+// scale = max|x| / 127 (NaN if the group holds a NaN or an infinity); q = t = x / scale rounded
+// half away from zero and clamped to ±127 when |t| <= 127.5, else 0 (t not a number: scale 0 or
+// NaN). Written so that the compiler vectorises it (selects, no branch, no libm call: this file
+// is built with -fno-trapping-math, which changes no value).
 void quantize_row_q8_impl(const float *x, size_t cols, uint32_t group_size, void *out) {
   unsigned char *block = static_cast<unsigned char *>(out);
   for (size_t c0 = 0; c0 < cols; c0 += group_size, block += block_bytes_q8(group_size)) {
@@ -204,10 +198,7 @@ void quantize_row_q8_impl(const float *x, size_t cols, uint32_t group_size, void
     for (uint32_t i = 0; i < group_size; ++i) {
       const float t = x[c0 + i] / scale;
       const bool in_range = t >= -127.5f && t <= 127.5f;  // false for NaN
-      const float u = in_range ? t : 0.0f;
-      float rounded = static_cast<float>(static_cast<int32_t>(u));
-      const float fraction = u - rounded;
-      rounded += (fraction >= 0.5f ? 1.0f : 0.0f) - (fraction <= -0.5f ? 1.0f : 0.0f);
+      float rounded = round_half_away_bounded(in_range ? t : 0.0f);
       rounded = rounded > 127.0f ? 127.0f : rounded;
       rounded = rounded < -127.0f ? -127.0f : rounded;
       q[i] = static_cast<int8_t>(static_cast<int32_t>(rounded));
@@ -269,19 +260,8 @@ void scale_add(float *y, float alpha, const float *x, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] = y[i] + alpha * x[i];
 }
 
-// f16_to_f32_scalar's cases as selects, so that the row loop vectorises: the same bits.
 void f16_to_f32(const uint16_t *in, float *out, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t h = in[i];
-    const uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1Fu, mantissa = h & 0x3FFu;
-    const float sub = static_cast<float>(static_cast<int32_t>(mantissa)) * 5.9604644775390625e-8f;
-    uint32_t sub_bits;
-    std::memcpy(&sub_bits, &sub, 4);
-    const uint32_t special = 0x7F800000u | (mantissa << 13) | (mantissa != 0 ? 0x00400000u : 0u);
-    const uint32_t normal = ((exponent + 112u) << 23) | (mantissa << 13);
-    const uint32_t bits = sign | (exponent == 0 ? sub_bits : exponent == 31 ? special : normal);
-    std::memcpy(&out[i], &bits, 4);
-  }
+  for (size_t i = 0; i < n; ++i) out[i] = detail::f16_to_f32_scalar(in[i]);
 }
 void bf16_to_f32(const uint16_t *in, float *out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = detail::bf16_to_f32_scalar(in[i]);
