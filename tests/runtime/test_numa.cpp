@@ -331,6 +331,20 @@ struct CallerSite {
   }
 };
 
+// One forward on s: during it the calling thread runs on `cpus` only (the expert hook, which
+// runs on the caller, looks), and after it on its own CPUs again.
+void check_caller_confined(runtime::Session &s, const std::vector<int> &cpus) {
+  CallerSite site;
+  site.node = &cpus;
+  s.set_expert_hook({&CallerSite::hook, &site});
+  const std::vector<int> before = util::calling_thread_cpus();
+  std::vector<runtime::BatchEntry> batch = {{0, 0, 1, 0}, {0, 1, 5, 1}};
+  REQUIRE(s.forward(batch.data(), batch.size()).ok());
+  CHECK(site.calls > 0);
+  CHECK(site.always_inside);                     // during the call
+  CHECK(util::calling_thread_cpus() == before);  // after it: its own CPUs back
+}
+
 }  // namespace
 
 TEST_CASE("bind:N runs the session's workers on node N, and the calling thread there for the call",
@@ -361,15 +375,7 @@ TEST_CASE("bind:N runs the session's workers on node N, and the calling thread t
   REQUIRE(s);
   CHECK(s->thread_count() == node1.size());  // one thread per CPU of the node
   CHECK_THAT(s->thread_placement(), Contains("on node 1's"));
-  CallerSite site;
-  site.node = &node1;
-  s->set_expert_hook({&CallerSite::hook, &site});
-  const std::vector<int> before = util::calling_thread_cpus();
-  std::vector<runtime::BatchEntry> batch = {{0, 0, 1, 0}, {0, 1, 5, 1}};
-  REQUIRE(s->forward(batch.data(), batch.size()).ok());
-  CHECK(site.calls > 0);
-  CHECK(site.always_inside);                          // during the call: on node 1 only
-  CHECK(util::calling_thread_cpus() == before);       // after it: its own CPUs back
+  check_caller_confined(*s, node1);  // on node 1 only for the call
 
   // A caller confined to node 0 (numactl --cpunodebind=0) cannot bind to node 1: its affinity
   // is kept, not overridden.
@@ -409,16 +415,7 @@ TEST_CASE("pin_threads runs the caller's share on thread 0's CPU for the call an
   auto s = runtime::Session::create(*m, so, &e);
   REQUIRE(s);
   CHECK_THAT(s->thread_placement(), Contains("pinned"));
-  const std::vector<int> first = {cpus[0]};
-  CallerSite site;
-  site.node = &first;
-  s->set_expert_hook({&CallerSite::hook, &site});
-  const std::vector<int> before = util::calling_thread_cpus();
-  std::vector<runtime::BatchEntry> batch = {{0, 0, 1, 0}, {0, 1, 5, 1}};
-  REQUIRE(s->forward(batch.data(), batch.size()).ok());
-  CHECK(site.calls > 0);
-  CHECK(site.always_inside);                     // during the call: on the first CPU only
-  CHECK(util::calling_thread_cpus() == before);  // after it: its own CPUs back
+  check_caller_confined(*s, {cpus[0]});  // on the first CPU only for the call
 }
 
 TEST_CASE("bind:0 on this machine keeps the threads on node 0's CPUs that the process may use", "[numa][threads]") {
