@@ -1,6 +1,9 @@
 // core/model/config.cpp — ModelConfig <-> JSON with validation.
 #include "model/config.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "util/strings.h"
 
 namespace colibri::model {
@@ -20,6 +23,7 @@ nlohmann::json ModelConfig::to_json() const {
   j["max_position_embeddings"] = max_position_embeddings;
   j["rms_norm_eps"] = rms_norm_eps;
   j["rope_theta"] = rope_theta;
+  j["rotary_dim"] = rotary_dim;
   j["tie_word_embeddings"] = tie_word_embeddings;
   j["attention_bias"] = attention_bias;
   j["qk_norm"] = qk_norm;
@@ -29,6 +33,11 @@ nlohmann::json ModelConfig::to_json() const {
   j["top_k"] = top_k;
   j["router_score"] = router_score;
   j["norm_topk_prob"] = norm_topk_prob;
+  j["router_select_bias"] = router_select_bias;
+  j["expert_group_count"] = expert_group_count;
+  j["expert_group_top"] = expert_group_top;
+  j["topk_norm_epsilon"] = topk_norm_epsilon;
+  j["routed_scaling_factor"] = routed_scaling_factor;
   j["shared_expert_ffn_size"] = shared_expert_ffn_size;
   j["shared_expert_gate"] = shared_expert_gate;
   j["dense_ffn_size"] = dense_ffn_size;
@@ -89,6 +98,9 @@ Error ModelConfig::check_limits() const {
       {"expert_ffn_size", expert_ffn_size, ModelLimits::kFfnSize},
       {"shared_expert_ffn_size", shared_expert_ffn_size, ModelLimits::kFfnSize},
       {"dense_ffn_size", dense_ffn_size, ModelLimits::kFfnSize},
+      {"expert_group_count", expert_group_count, ModelLimits::kExpertCount},
+      {"expert_group_top", expert_group_top, ModelLimits::kExpertCount},
+      {"rotary_dim", rotary_dim, ModelLimits::kHeadDim},
   };
   for (const Limit &l : limits)
     if (l.value > l.limit)
@@ -132,12 +144,24 @@ Error ModelConfig::from_json(const nlohmann::json &j, ModelConfig *out) {
   COLIBRI_READ(shared_expert_gate);
   COLIBRI_READ(dense_ffn_size);
   COLIBRI_READ(layer_is_moe);
+  // Keys added after the first images: absent means the semantics those images had.
+#define COLIBRI_READ_OPTIONAL(key) \
+  if (j.contains(#key) && !read_field(j, #key, &c.key, &problem)) return bad(problem)
+  COLIBRI_READ_OPTIONAL(rotary_dim);
+  COLIBRI_READ_OPTIONAL(router_select_bias);
+  COLIBRI_READ_OPTIONAL(expert_group_count);
+  COLIBRI_READ_OPTIONAL(expert_group_top);
+  COLIBRI_READ_OPTIONAL(topk_norm_epsilon);
+  COLIBRI_READ_OPTIONAL(routed_scaling_factor);
+#undef COLIBRI_READ_OPTIONAL
 #undef COLIBRI_READ
-  if (c.family != kFamilyMixtral && c.family != kFamilyQwen2Moe && c.family != kFamilyQwen3Moe &&
-      c.family != kFamilyOlmoe)
+  if (c.rotary_dim == 0) c.rotary_dim = c.head_dim;
+  const char *families[] = {kFamilyMixtral, kFamilyQwen2Moe, kFamilyQwen3Moe, kFamilyOlmoe, kFamilyGlm4Moe,
+                            kFamilyMinimaxM2};
+  if (std::find(std::begin(families), std::end(families), c.family) == std::end(families))
     return make_error(ErrorKind::Unsupported,
                       strprintf("model family '%s' is not supported by this build (supported: mixtral, qwen2_moe, "
-                                "qwen3_moe, olmoe)",
+                                "qwen3_moe, olmoe, glm4_moe, minimax_m2)",
                                 c.family.c_str()));
   if (Error e = c.check_limits()) return e;
   if (c.vocab_size == 0 || c.hidden_size == 0 || c.layer_count == 0 || c.head_count == 0 || c.kv_head_count == 0 ||
@@ -148,6 +172,9 @@ Error ModelConfig::from_json(const nlohmann::json &j, ModelConfig *out) {
                          static_cast<unsigned long long>(c.head_count),
                          static_cast<unsigned long long>(c.kv_head_count)));
   if (c.head_dim % 2 != 0) return bad("head_dim must be even (RoPE rotates pairs)");
+  if (c.rotary_dim % 2 != 0 || c.rotary_dim > c.head_dim)
+    return bad(strprintf("rotary_dim %llu must be even and at most head_dim %llu",
+                         static_cast<unsigned long long>(c.rotary_dim), static_cast<unsigned long long>(c.head_dim)));
   if (c.layer_is_moe.size() != c.layer_count)
     return bad(strprintf("layer_is_moe has %zu entries for %llu layers", c.layer_is_moe.size(),
                          static_cast<unsigned long long>(c.layer_count)));
@@ -156,9 +183,26 @@ Error ModelConfig::from_json(const nlohmann::json &j, ModelConfig *out) {
   if (any_moe && (c.expert_count == 0 || c.top_k == 0 || c.top_k > c.expert_count || c.expert_ffn_size == 0))
     return bad("MoE layers need expert_count > 0, expert_ffn_size > 0 and 1 <= top_k <= expert_count");
   if (any_dense && c.dense_ffn_size == 0) return bad("dense layers need dense_ffn_size > 0");
-  if (c.router_score != "softmax")
-    return make_error(ErrorKind::Unsupported,
-                      strprintf("router score function '%s' is not supported (supported: softmax)", c.router_score.c_str()));
+  if (c.router_score != "softmax" && c.router_score != "sigmoid")
+    return make_error(ErrorKind::Unsupported, strprintf("router score function '%s' is not supported (supported: "
+                                                        "softmax, sigmoid)",
+                                                        c.router_score.c_str()));
+  if (c.router_select_bias && c.router_score != "sigmoid")
+    return bad("router_select_bias needs router_score sigmoid (the bias ranks sigmoid scores)");
+  if (c.expert_group_count == 0 || c.expert_group_top == 0 || c.expert_group_top > c.expert_group_count)
+    return bad("expert groups need 1 <= expert_group_top <= expert_group_count");
+  if (c.expert_group_count > 1) {
+    if (c.router_score != "sigmoid") return bad("expert groups need router_score sigmoid");
+    if (c.expert_count % c.expert_group_count != 0 || c.expert_count / c.expert_group_count < 2)
+      return bad(strprintf("expert_count %llu must split into expert_group_count %llu groups of at least 2 experts",
+                           static_cast<unsigned long long>(c.expert_count),
+                           static_cast<unsigned long long>(c.expert_group_count)));
+    if (c.top_k > c.expert_group_top * (c.expert_count / c.expert_group_count))
+      return bad("top_k is larger than the experts of the expert_group_top chosen groups");
+  }
+  if (!(c.topk_norm_epsilon >= 0.0 && c.topk_norm_epsilon < 1.0) ||
+      !(c.routed_scaling_factor > 0.0 && c.routed_scaling_factor <= 1e6))
+    return bad("topk_norm_epsilon must be in [0, 1) and routed_scaling_factor in (0, 1e6]");
   if (c.qk_norm != "none" && c.qk_norm != "per_head" && c.qk_norm != "full")
     return bad(strprintf("qk_norm '%s' is not one of none, per_head, full", c.qk_norm.c_str()));
   if (!(c.rms_norm_eps > 0.0) || !(c.rope_theta > 0.0) || c.clip_qkv < 0.0)

@@ -19,6 +19,8 @@ inline constexpr const char *kFamilyMixtral = "mixtral";
 inline constexpr const char *kFamilyQwen2Moe = "qwen2_moe";
 inline constexpr const char *kFamilyQwen3Moe = "qwen3_moe";
 inline constexpr const char *kFamilyOlmoe = "olmoe";
+inline constexpr const char *kFamilyGlm4Moe = "glm4_moe";
+inline constexpr const char *kFamilyMinimaxM2 = "minimax_m2";
 
 struct ModelConfig {
   std::string family;           // one of kFamily*
@@ -32,6 +34,8 @@ struct ModelConfig {
   uint64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
+  uint64_t rotary_dim = 0;           // leading dims of each head that RoPE rotates (even, <= head_dim);
+                                     // from_json sets it: absent (images before it existed) = head_dim
   bool tie_word_embeddings = false;
   bool attention_bias = false;       // q/k/v projections have biases (Qwen2-MoE)
   std::string qk_norm = "none";      // "none" | "per_head" (Qwen3-MoE) | "full" (OLMoE)
@@ -41,8 +45,18 @@ struct ModelConfig {
   uint64_t expert_count = 0;
   uint64_t expert_ffn_size = 0;      // moe_intermediate_size / intermediate_size per expert
   uint64_t top_k = 0;
-  std::string router_score = "softmax";  // scores over experts, fp32
+  std::string router_score = "softmax";  // scores over experts, fp32: "softmax" | "sigmoid"
   bool norm_topk_prob = true;            // renormalise the k selected weights to sum 1
+  // Sigmoid routers (GLM-4.5, MiniMax-M2, DeepSeek-V3): selection ranks score + a per-expert bias
+  // (tensor ffn_exp_probs_b, the checkpoint's e_score_correction_bias); the weights are the
+  // unbiased scores. Selection may be limited to the best expert_group_top of expert_group_count
+  // equal groups (a group ranks by the sum of its two best biased scores). Renormalisation divides
+  // by (sum + topk_norm_epsilon); the weights are then multiplied by routed_scaling_factor.
+  bool router_select_bias = false;
+  uint64_t expert_group_count = 1;
+  uint64_t expert_group_top = 1;
+  double topk_norm_epsilon = 0.0;
+  double routed_scaling_factor = 1.0;
   uint64_t shared_expert_ffn_size = 0;   // 0 = no shared expert
   bool shared_expert_gate = false;       // shared expert output × sigmoid(gate · x)
   uint64_t dense_ffn_size = 0;           // intermediate size of dense (non-MoE) layers

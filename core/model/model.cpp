@@ -202,6 +202,7 @@ Error Model::bind() {
     w.is_moe = c.layer_is_moe[l] != 0;
     if (w.is_moe) {
       w.router = b.f32_matrix(name(n::kRouter), E, H);
+      if (c.router_select_bias) w.router_select_bias = b.vector(name(n::kRouterSelectBias), E);
       w.experts_gate = b.matrix(name(n::kExpertsGate), E, c.expert_ffn_size, H);
       w.experts_up = b.matrix(name(n::kExpertsUp), E, c.expert_ffn_size, H);
       w.experts_down = b.matrix(name(n::kExpertsDown), E, H, c.expert_ffn_size);

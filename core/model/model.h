@@ -46,6 +46,7 @@ struct LayerWeights {
   WeightVector attn_q_norm, attn_k_norm;              // [head_dim] (per head) or [q_dim]/[kv_dim] (full)
   bool is_moe = false;
   WeightMatrix router;                                 // [E, hidden] f32
+  WeightVector router_select_bias;                     // [E] (sigmoid routers with router_select_bias)
   WeightMatrix experts_gate, experts_up, experts_down; // E × [ffn, hidden], E × [ffn, hidden], E × [hidden, ffn]
   WeightMatrix shared_gate, shared_up, shared_down;    // [sffn, hidden] ×2, [hidden, sffn]
   WeightMatrix shared_expert_gate;                     // [1, hidden] f32

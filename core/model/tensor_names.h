@@ -33,6 +33,7 @@ inline constexpr const char *kAttnQNorm = "attn_q_norm";         // [head_dim] p
 inline constexpr const char *kAttnKNorm = "attn_k_norm";         // [head_dim] per-head, or [kv_heads*head_dim] full
 inline constexpr const char *kFfnNorm = "ffn_norm";              // [hidden] (post-attention norm)
 inline constexpr const char *kRouter = "ffn_gate_inp";           // [experts, hidden], always f32
+inline constexpr const char *kRouterSelectBias = "ffn_exp_probs_b";  // [experts] f32: sigmoid routers' e_score_correction_bias
 inline constexpr const char *kExpertsGate = "ffn_gate_exps";     // [experts, ffn, hidden]
 inline constexpr const char *kExpertsUp = "ffn_up_exps";         // [experts, ffn, hidden]
 inline constexpr const char *kExpertsDown = "ffn_down_exps";     // [experts, hidden, ffn]

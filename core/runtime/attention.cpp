@@ -14,7 +14,8 @@ namespace colibri::runtime {
 
 namespace {
 
-// RoPE, rotate_half form: pairs (i, i + d/2) rotate by position · θ^(−2i/d). The inverse
+// RoPE, rotate_half form: pairs (i, i + r/2) of the first r = rotary_dim values of a head
+// rotate by position · θ^(−2i/r). The inverse
 // frequencies (Buffers::rope_inv_freq) and the angle are fp32 as transformers computes them,
 // cos/sin in double. The angles of one position serve every q and k head of its token in
 // every layer: they are computed once per forward step (prepare_rope).
@@ -48,9 +49,9 @@ void clip(float *row, size_t n, float limit) {
 void Session::prepare_rope(const BatchEntry *entries, size_t count) {
   StageTimer timer(stats_, Stage::Attention);
   Buffers &b = *buffers_;
-  const size_t D = model_.config().head_dim;
+  const size_t D = model_.config().head_dim, R = model_.config().rotary_dim;
   pool_->parallel_for(count, [&](size_t t, size_t) {
-    rope_angles(b.rope_inv_freq.data(), D / 2, entries[t].position, &b.rope_trig[t * D], &b.rope_trig[t * D + D / 2]);
+    rope_angles(b.rope_inv_freq.data(), R / 2, entries[t].position, &b.rope_trig[t * D], &b.rope_trig[t * D + R / 2]);
   });
 }
 
@@ -91,9 +92,11 @@ Error Session::attention(uint32_t layer, const BatchEntry *entries, size_t count
       clip(k, KV, limit);
       clip(v, KV, limit);
     }
-    const float *cos_v = &b.rope_trig[t * D], *sin_v = cos_v + D / 2;
-    for (size_t h = 0; h < heads; ++h) apply_rope(q + h * D, D / 2, cos_v, sin_v);
-    for (size_t h = 0; h < c.kv_head_count; ++h) apply_rope(k + h * D, D / 2, cos_v, sin_v);
+    // Partial rotary (rotary_dim < head_dim): only the first rotary_dim values of a head rotate.
+    const size_t R = c.rotary_dim;
+    const float *cos_v = &b.rope_trig[t * D], *sin_v = cos_v + R / 2;
+    for (size_t h = 0; h < heads; ++h) apply_rope(q + h * D, R / 2, cos_v, sin_v);
+    for (size_t h = 0; h < c.kv_head_count; ++h) apply_rope(k + h * D, R / 2, cos_v, sin_v);
     // Position p of a sequence lives in row p % B of its block table's entry p / B.
     const uint32_t position = entries[t].position;
     const size_t key_at = kv.offset(kv.blocks(entries[t].sequence)[position / B], layer) + (position % B) * KV;

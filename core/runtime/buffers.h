@@ -38,10 +38,11 @@ struct Session::Buffers {
   std::vector<float> ffn_out;  // [N, hidden]
   std::vector<float> scores;   // [P, heads per KV head, context] attention scores per thread
   std::vector<float> kv_rows;          // [P, kF16KvChunkRows, head_dim] cache rows widened to f32 (F16 only)
-  std::vector<float> rope_inv_freq;    // [head_dim / 2] θ^(−2i/d), fixed for the model
-  std::vector<float> rope_trig;        // [N, head_dim] cos | sin of each entry's position
+  std::vector<float> rope_inv_freq;    // [rotary_dim / 2] θ^(−2i/r), fixed for the model
+  std::vector<float> rope_trig;        // [N, head_dim]: cos | sin (rotary_dim / 2 each) of each entry's position
   // MoE
   std::vector<float> router_logits;       // [N, E]
+  std::vector<float> router_scratch;      // [2E] sigmoid routing's choices and group scores
   std::vector<int32_t> topk_expert;       // [N, K]
   std::vector<float> topk_weight;         // [N, K]
   std::vector<uint32_t> expert_count;     // [E]
@@ -74,12 +75,13 @@ struct Session::Buffers {
     ffn_out.assign(N * H, 0.0f);
     scores.assign(threads * (c.head_count / c.kv_head_count) * o.context_length, 0.0f);
     // RoPE inverse frequencies, in fp32 as transformers computes them (1 / θ^(2i/d)).
-    rope_inv_freq.resize(c.head_dim / 2);
+    rope_inv_freq.resize(c.rotary_dim / 2);
     for (size_t i = 0; i < rope_inv_freq.size(); ++i)
-      rope_inv_freq[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
+      rope_inv_freq[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), static_cast<float>(2 * i) / static_cast<float>(c.rotary_dim));
     rope_trig.assign(N * c.head_dim, 0.0f);
     if (o.kv_dtype == KvDtype::F16) kv_rows.assign(threads * kF16KvChunkRows * c.head_dim, 0.0f);
     router_logits.assign(N * E, 0.0f);
+    router_scratch.assign(2 * E, 0.0f);  // select_top_k_sigmoid: E choices + at most E / 2 groups
     topk_expert.assign(N * K, 0);
     topk_weight.assign(N * K, 0.0f);
     expert_count.assign(E, 0);

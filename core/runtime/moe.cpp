@@ -3,7 +3,7 @@
 //
 // Routing (docs/architecture.md §4): router logits in fp32, softmax with the max subtracted, top-k
 // with ties to the lower expert index, weights renormalised iff norm_topk_prob (Mixtral:
-// always). Dispatch groups the batch's (token, slot) pairs by expert once per layer with a
+// always); or sigmoid scores with a selection bias and group limits (select_top_k_sigmoid). Dispatch groups the batch's (token, slot) pairs by expert once per layer with a
 // counting sort, so each active expert's weights are read once per batch however many
 // tokens chose it. Experts run in two parallel phases over (expert, row block) tasks: gate
 // and up projections fused with SiLU·mul per row stripe, then the down projection. The merge
@@ -26,12 +26,32 @@ void Session::route(const model::LayerWeights &w, const float *input, size_t cou
   const model::ModelConfig &c = model_.config();
   Buffers &b = *buffers_;
   const size_t E = c.expert_count, K = c.top_k;
+  const bool sigmoid = c.router_score == "sigmoid";
   {
     StageTimer timer(stats_, Stage::Router);
     matmul(w.router, input, count, b.router_logits.data(), E);
-    pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->softmax(&b.router_logits[t * E], E); });
+    if (sigmoid)
+      pool_->parallel_for(count, [&](size_t t, size_t) {
+        float *row = &b.router_logits[t * E];
+        for (size_t e = 0; e < E; ++e) row[e] = 1.0f / (1.0f + std::exp(-row[e]));
+      });
+    else
+      pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->softmax(&b.router_logits[t * E], E); });
   }
   StageTimer timer(stats_, Stage::TopK);
+  if (sigmoid) {
+    SigmoidRouting r;
+    r.bias = w.router_select_bias.data;
+    r.group_count = c.expert_group_count;
+    r.group_top = c.expert_group_top;
+    r.renormalise = c.norm_topk_prob;
+    r.epsilon = static_cast<float>(c.topk_norm_epsilon);
+    r.scale = static_cast<float>(c.routed_scaling_factor);
+    for (size_t t = 0; t < count; ++t)
+      select_top_k_sigmoid(&b.router_logits[t * E], E, K, r, b.router_scratch.data(), &b.topk_expert[t * K],
+                           &b.topk_weight[t * K]);
+    return;
+  }
   for (size_t t = 0; t < count; ++t)
     select_top_k(&b.router_logits[t * E], E, K, c.norm_topk_prob, &b.topk_expert[t * K], &b.topk_weight[t * K]);
 }

@@ -40,6 +40,28 @@ constexpr FamilyInfo kFamilies[] = {
      "full", true,
      1e4, 1e-5, 4096,
      "mlp", {"gate_proj", "up_proj", "down_proj"}},
+    // GLM-4.5/4.6 (transformers glm4_moe): sigmoid router with e_score_correction_bias and group
+    // limits, shared experts without a gate, dense first layers, partial RoPE, optional per-head
+    // q/k norm, q/k/v biases (o_proj never has one).
+    {.family = model::kFamilyGlm4Moe, .architecture = "Glm4MoeForCausalLM", .model_type = "glm4_moe",
+     .expert_ffn_key = "moe_intermediate_size", .dense_ffn_key = "intermediate_size", .sparse_step_layers = false,
+     .renormalise_always = false, .shared_expert = false, .qkv_bias_key = "attention_bias", .o_bias_key = false,
+     .qk_norm = "per_head", .clip_qkv = false,
+     .default_rope_theta = 1e4, .default_rms_norm_eps = 1e-5, .default_max_positions = 131072,
+     .moe_block = "mlp", .expert_projection = {"gate_proj", "up_proj", "down_proj"},
+     .router_score = "sigmoid", .router_bias_name = "gate.e_score_correction_bias", .expert_groups = true,
+     .scaling_key = "routed_scaling_factor", .topk_norm_epsilon = 1e-20, .norm_topk_default = true,
+     .qkv_bias_default = false, .qk_norm_key = "use_qk_norm", .first_k_dense_key = "first_k_dense_replace",
+     .shared_block = "shared_experts", .shared_count_key = "n_shared_experts", .partial_rotary = true},
+    // MiniMax-M2 (transformers minimax_m2): sigmoid router with e_score_correction_bias, always
+    // renormalised, q/k RMSNorm over the whole projection, partial RoPE (rotary_dim), no biases.
+    {.family = model::kFamilyMinimaxM2, .architecture = "MiniMaxM2ForCausalLM", .model_type = "minimax_m2",
+     .expert_ffn_key = "intermediate_size", .dense_ffn_key = nullptr, .sparse_step_layers = false,
+     .renormalise_always = true, .shared_expert = false, .qkv_bias_key = nullptr, .o_bias_key = false,
+     .qk_norm = "full", .clip_qkv = false,
+     .default_rope_theta = 5e6, .default_rms_norm_eps = 1e-6, .default_max_positions = 196608,
+     .moe_block = "block_sparse_moe", .expert_projection = {"w1", "w3", "w2"},
+     .router_score = "sigmoid", .router_bias_name = "e_score_correction_bias", .partial_rotary = true},
 };
 
 Error unsupported(const std::string &what) {
@@ -146,9 +168,11 @@ Error identify_family(const nlohmann::json &config, const FamilyInfo **family, s
                                                       what.c_str(), supported_architectures().c_str()));
 }
 
-// RoPE: plain rotary embeddings only. transformers 4 writes rope_theta / rope_scaling at the
-// top level; transformers 5 writes rope_parameters {rope_type, rope_theta, ...}.
-Error read_rope(ConfigReader &reader, const FamilyInfo &family, double *theta) {
+// RoPE: plain rotary embeddings only, over all of head_dim or (partial rotary) over its first
+// int(head_dim × partial_rotary_factor) values. transformers 4 writes rope_theta / rope_scaling /
+// partial_rotary_factor at the top level; transformers 5 writes rope_parameters {rope_type,
+// rope_theta, partial_rotary_factor, ...}; MiniMax-M2 checkpoints give rotary_dim.
+Error read_rope(ConfigReader &reader, const FamilyInfo &family, uint64_t head_dim, double *theta, uint64_t *rotary_dim) {
   auto rope_type = [](const nlohmann::json &o) {
     for (const char *key : {"rope_type", "type"}) {
       auto it = o.find(key);
@@ -161,12 +185,18 @@ Error read_rope(ConfigReader &reader, const FamilyInfo &family, double *theta) {
       return unsupported("rope_scaling " + scaling->dump() + " (scaled RoPE)");
   }
   *theta = family.default_rope_theta;
+  double factor = 1.0;
+  bool has_factor = false;
   if (const nlohmann::json *parameters = reader.value("rope_parameters")) {
     if (!parameters->is_object() || rope_type(*parameters) != "default")
       return unsupported("rope_parameters " + parameters->dump() + " (scaled or per-layer RoPE)");
-    auto factor = parameters->find("partial_rotary_factor");
-    if (factor != parameters->end() && !(factor->is_number() && factor->get<double>() == 1.0))
-      return unsupported("partial_rotary_factor " + factor->dump() + " (partial RoPE)");
+    auto f = parameters->find("partial_rotary_factor");
+    if (f != parameters->end() && !f->is_null()) {
+      if (!f->is_number())
+        return make_error(ErrorKind::Corrupt, "config.json: rope_parameters.partial_rotary_factor is not a number");
+      factor = f->get<double>();
+      has_factor = true;
+    }
     auto t = parameters->find("rope_theta");
     if (t != parameters->end()) {
       if (!t->is_number()) return make_error(ErrorKind::Corrupt, "config.json: rope_parameters.rope_theta is not a number");
@@ -174,8 +204,30 @@ Error read_rope(ConfigReader &reader, const FamilyInfo &family, double *theta) {
     }
   }
   *theta = reader.optional_number("rope_theta", *theta);
-  if (reader.has("partial_rotary_factor") && reader.optional_number("partial_rotary_factor", 1.0) != 1.0)
-    return unsupported("partial_rotary_factor " + reader.value("partial_rotary_factor")->dump() + " (partial RoPE)");
+  if (reader.has("partial_rotary_factor")) {
+    factor = reader.optional_number("partial_rotary_factor", 1.0);
+    has_factor = true;
+  }
+  // transformers: dim = int(head_dim * partial_rotary_factor); rotary_dim alone (MiniMax-M2's
+  // legacy key) becomes that factor.
+  *rotary_dim = head_dim;
+  if (has_factor) {
+    if (!(factor > 0.0 && factor <= 1.0))
+      return make_error(ErrorKind::Corrupt, strprintf("config.json: partial_rotary_factor %g is not in (0, 1]", factor));
+    *rotary_dim = static_cast<uint64_t>(static_cast<double>(head_dim) * factor);
+  } else if (reader.has("rotary_dim")) {
+    *rotary_dim = reader.optional_uint("rotary_dim", head_dim);
+  }
+  if (reader.error()) return reader.error();
+  if (*rotary_dim != head_dim && !family.partial_rotary)
+    return unsupported(strprintf("partial_rotary_factor %g (rotary_dim %llu of head_dim %llu: partial RoPE) for %s",
+                                 static_cast<double>(*rotary_dim) / static_cast<double>(head_dim),
+                                 static_cast<unsigned long long>(*rotary_dim), static_cast<unsigned long long>(head_dim),
+                                 family.architecture));
+  if (*rotary_dim == 0 || *rotary_dim > head_dim || *rotary_dim % 2 != 0)
+    return unsupported(strprintf("a rotary dimension of %llu for head_dim %llu (RoPE needs an even count of at most "
+                                 "head_dim)",
+                                 static_cast<unsigned long long>(*rotary_dim), static_cast<unsigned long long>(head_dim)));
   return {};
 }
 
@@ -267,23 +319,31 @@ Error read_hf_config(const nlohmann::json &config, const FamilyInfo **family_out
                                                       static_cast<unsigned long long>(c.head_count)));
     c.head_dim = c.hidden_size / c.head_count;
   }
-  if (Error e = read_rope(reader, *family, &c.rope_theta)) return e;
+  if (Error e = read_rope(reader, *family, c.head_dim, &c.rope_theta, &c.rotary_dim)) return e;
   if (Error e = check_sliding_window(reader, c.max_position_embeddings)) return e;
 
   // Attention extras.
-  c.attention_bias = family->qkv_bias_key ? reader.optional_bool(family->qkv_bias_key, true) : false;
-  c.qk_norm = family->qk_norm;
+  c.attention_bias = family->qkv_bias_key ? reader.optional_bool(family->qkv_bias_key, family->qkv_bias_default) : false;
+  c.qk_norm = !family->qk_norm_key || reader.optional_bool(family->qk_norm_key, false) ? family->qk_norm : "none";
   c.clip_qkv = family->clip_qkv ? reader.optional_number("clip_qkv", 0.0) : 0.0;
 
   // Mixture of experts and the dense/MoE layer pattern.
-  c.expert_count = reader.has("num_experts") ? reader.optional_uint("num_experts", 0)
-                                             : reader.required_uint("num_local_experts");
+  c.expert_count = reader.has("num_experts")        ? reader.optional_uint("num_experts", 0)
+                   : reader.has("n_routed_experts") ? reader.optional_uint("n_routed_experts", 0)
+                                                    : reader.required_uint("num_local_experts");
   if (c.expert_count > 0) {
     c.top_k = reader.required_uint("num_experts_per_tok");
     c.expert_ffn_size = reader.required_uint(family->expert_ffn_key);
   }
-  c.router_score = "softmax";
-  c.norm_topk_prob = family->renormalise_always || reader.optional_bool("norm_topk_prob", false);
+  c.router_score = family->router_score;
+  c.norm_topk_prob = family->renormalise_always || reader.optional_bool("norm_topk_prob", family->norm_topk_default);
+  c.router_select_bias = family->router_bias_name != nullptr;
+  if (family->expert_groups) {
+    c.expert_group_count = reader.optional_uint("n_group", 1);
+    c.expert_group_top = reader.optional_uint("topk_group", 1);
+  }
+  c.topk_norm_epsilon = family->topk_norm_epsilon;
+  if (family->scaling_key) c.routed_scaling_factor = reader.optional_number(family->scaling_key, 1.0);
   if (reader.error()) return reader.error();
   // The limits before anything is sized from these numbers (layer lists, tensor plans).
   if (Error e = c.check_limits()) return inconsistent(e);
@@ -297,11 +357,21 @@ Error read_hf_config(const nlohmann::json &config, const FamilyInfo **family_out
       if (dense) c.layer_is_moe[i] = 0;
     }
   }
+  if (family->first_k_dense_key) {
+    uint64_t dense = reader.optional_uint(family->first_k_dense_key, 1);
+    for (uint64_t i = 0; i < c.layer_count && i < dense; ++i) c.layer_is_moe[i] = 0;
+  }
   if (family->dense_ffn_key && std::count(c.layer_is_moe.begin(), c.layer_is_moe.end(), 0) > 0)
     c.dense_ffn_size = reader.required_uint(family->dense_ffn_key);
   if (family->shared_expert && c.expert_count > 0) {
     c.shared_expert_ffn_size = reader.required_uint("shared_expert_intermediate_size");
     c.shared_expert_gate = c.shared_expert_ffn_size > 0;
+  }
+  if (family->shared_count_key && c.expert_count > 0) {
+    uint64_t shared = reader.optional_uint(family->shared_count_key, 1);
+    if (shared > model::ModelLimits::kFfnSize) reader.fail(strprintf("config.json: '%s' is too large", family->shared_count_key));
+    else c.shared_expert_ffn_size = shared * c.expert_ffn_size;  // both within kFfnSize: no overflow
+    c.shared_expert_gate = false;
   }
   if (reader.error()) return reader.error();
 

@@ -24,8 +24,8 @@ struct FamilyInfo {
   const char *architecture;  // config.json "architectures"[0]
   const char *model_type;    // config.json "model_type"
 
-  // config.json keys. The expert count is read from "num_experts" or "num_local_experts"
-  // (transformers 5 writes whichever its attribute_map prefers).
+  // config.json keys. The expert count is read from "num_experts", "num_local_experts" or
+  // "n_routed_experts" (transformers 5 writes whichever its attribute_map prefers).
   const char *expert_ffn_key;   // per-expert intermediate size
   const char *dense_ffn_key;    // intermediate size of dense layers; nullptr: every layer is MoE
   bool sparse_step_layers;      // Qwen rule: MoE iff not in mlp_only_layers and (i+1) % decoder_sparse_step == 0
@@ -44,6 +44,20 @@ struct FamilyInfo {
   // Checkpoint tensor names below "model.layers.<i>.".
   const char *moe_block;             // "block_sparse_moe" (Mixtral) | "mlp"
   const char *expert_projection[3];  // gate, up, down: "w1", "w3", "w2" | "gate_proj", "up_proj", "down_proj"
+
+  // Sigmoid-routed families (GLM-4.5, MiniMax-M2); the defaults are the softmax families'.
+  const char *router_score = "softmax";      // model::ModelConfig::router_score
+  const char *router_bias_name = nullptr;    // e_score_correction_bias below moe_block, nullptr: none
+  bool expert_groups = false;                // reads n_group / topk_group
+  const char *scaling_key = nullptr;         // "routed_scaling_factor", nullptr: 1
+  double topk_norm_epsilon = 0.0;            // added to the renormalisation's denominator
+  bool norm_topk_default = false;            // norm_topk_prob when config.json omits it
+  bool qkv_bias_default = true;              // qkv_bias_key's value when config.json omits it
+  const char *qk_norm_key = nullptr;         // GLM "use_qk_norm": qk_norm applies iff true (default false)
+  const char *first_k_dense_key = nullptr;   // GLM "first_k_dense_replace": layers below it are dense
+  const char *shared_block = "shared_expert";   // checkpoint name of the shared expert below moe_block
+  const char *shared_count_key = nullptr;    // GLM "n_shared_experts": shared FFN = n × expert FFN, no gate
+  bool partial_rotary = false;               // the modeling code rotates only the first rotary_dim values
 };
 
 // The family of `architecture` (e.g. "MixtralForCausalLM"), or nullptr.

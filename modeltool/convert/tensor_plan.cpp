@@ -72,6 +72,7 @@ std::vector<Wanted> wanted_tensors(const FamilyInfo &family, const model::ModelC
       const std::string moe = hf + family.moe_block + ".";
       const uint64_t ffn = c.expert_ffn_size;
       m.single(blk(names::kRouter), moe + "gate.weight", {c.expert_count, hidden});
+      if (c.router_select_bias) m.single(blk(names::kRouterSelectBias), moe + family.router_bias_name, {c.expert_count});
       const char *roles[3] = {names::kExpertsGate, names::kExpertsUp, names::kExpertsDown};
       for (int p = 0; p < 3; ++p) {
         std::vector<std::string> sources;
@@ -82,9 +83,10 @@ std::vector<Wanted> wanted_tensors(const FamilyInfo &family, const model::ModelC
       }
       if (c.shared_expert_ffn_size > 0) {
         const uint64_t shared = c.shared_expert_ffn_size;
-        m.single(blk(names::kSharedGate), moe + "shared_expert.gate_proj.weight", {shared, hidden});
-        m.single(blk(names::kSharedUp), moe + "shared_expert.up_proj.weight", {shared, hidden});
-        m.single(blk(names::kSharedDown), moe + "shared_expert.down_proj.weight", {hidden, shared});
+        const std::string block = moe + family.shared_block + ".";
+        m.single(blk(names::kSharedGate), block + "gate_proj.weight", {shared, hidden});
+        m.single(blk(names::kSharedUp), block + "up_proj.weight", {shared, hidden});
+        m.single(blk(names::kSharedDown), block + "down_proj.weight", {hidden, shared});
         if (c.shared_expert_gate) m.single(blk(names::kSharedExpertGate), moe + "shared_expert_gate.weight", {1, hidden});
       }
     } else {

@@ -16,8 +16,11 @@ std::vector<std::string> expected_hf_sources(const std::string &architecture, ui
   uint64_t layer = 0;
   std::string role;
   if (!model::names::parse_layer_tensor(image_name, &layer, &role)) return {};
-  // Mixtral: MixtralSparseMoeBlock as "block_sparse_moe", experts w1 (gate), w3 (up), w2 (down).
-  const bool mixtral = architecture == "MixtralForCausalLM";
+  // Mixtral and MiniMax-M2: the MoE block as "block_sparse_moe", experts w1 (gate), w3 (up), w2
+  // (down), and (MiniMax-M2) the block's e_score_correction_bias; GLM-4.5 keeps the bias in its
+  // gate and has "shared_experts".
+  const bool mixtral = architecture == "MixtralForCausalLM" || architecture == "MiniMaxM2ForCausalLM";
+  const bool glm = architecture == "Glm4MoeForCausalLM";
   const std::string p = "model.layers." + std::to_string(layer) + ".";
   const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
   static const std::map<std::string, std::string> per_layer = {
@@ -37,6 +40,8 @@ std::vector<std::string> expected_hf_sources(const std::string &architecture, ui
   static const std::map<std::string, std::pair<const char *, const char *>> experts = {
       {"ffn_gate_exps", {"w1", "gate_proj"}}, {"ffn_up_exps", {"w3", "up_proj"}}, {"ffn_down_exps", {"w2", "down_proj"}}};
   if (auto it = per_layer.find(role); it != per_layer.end()) return {p + it->second};
+  if (role == "ffn_exp_probs_b") return {moe + (glm ? "gate." : "") + "e_score_correction_bias"};
+  if (glm && role.ends_with("_shexp")) return {moe + "shared_experts." + role.substr(4, role.size() - 10) + "_proj.weight"};
   if (auto it = per_moe.find(role); it != per_moe.end()) return {moe + it->second};
   auto it = experts.find(role);
   if (it == experts.end()) return {};

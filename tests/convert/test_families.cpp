@@ -221,3 +221,85 @@ TEST_CASE("absurd sizes are refused before anything is sized from them", "[famil
   CHECK(e.kind == ErrorKind::Corrupt);
   CHECK_THAT(e.message, Contains("model metadata: head_dim 4611686018427387904 is over the limit of 4096"));
 }
+
+namespace {
+
+// config.json as transformers 5.24 writes it for a small Glm4MoeForCausalLM / MiniMaxM2ForCausalLM.
+json glm4_moe_config() {
+  return json::parse(R"({"architectures": ["Glm4MoeForCausalLM"], "attention_bias": true, "first_k_dense_replace": 1,
+    "head_dim": 16, "hidden_act": "silu", "hidden_size": 32, "intermediate_size": 48, "max_position_embeddings": 131072,
+    "model_type": "glm4_moe", "moe_intermediate_size": 16, "n_group": 2, "n_routed_experts": 8, "n_shared_experts": 1,
+    "norm_topk_prob": true, "num_attention_heads": 4, "num_experts_per_tok": 2, "num_hidden_layers": 3,
+    "num_key_value_heads": 2, "num_nextn_predict_layers": 1, "rms_norm_eps": 1e-05,
+    "rope_parameters": {"partial_rotary_factor": 0.5, "rope_theta": 10000.0, "rope_type": "default"},
+    "routed_scaling_factor": 2.5, "tie_word_embeddings": false, "topk_group": 1, "use_qk_norm": true, "vocab_size": 64})");
+}
+
+json minimax_m2_config() {
+  return json::parse(R"({"architectures": ["MiniMaxM2ForCausalLM"], "head_dim": 16, "hidden_act": "silu", "hidden_size": 32,
+    "intermediate_size": 16, "max_position_embeddings": 196608, "model_type": "minimax_m2", "num_attention_heads": 4,
+    "num_experts_per_tok": 2, "num_hidden_layers": 2, "num_key_value_heads": 2, "num_local_experts": 8,
+    "rms_norm_eps": 1e-06, "rope_parameters": {"partial_rotary_factor": 0.5, "rope_theta": 5000000.0, "rope_type": "default"},
+    "rotary_dim": 8, "tie_word_embeddings": false, "vocab_size": 64})");
+}
+
+}  // namespace
+
+TEST_CASE("GLM-4.5: sigmoid groups, scaling, shared experts, dense first layers, partial RoPE", "[families]") {
+  model::ModelConfig c = read_ok(glm4_moe_config());
+  CHECK(c.family == "glm4_moe");
+  CHECK(c.router_score == "sigmoid");
+  CHECK(c.router_select_bias);
+  CHECK(c.expert_group_count == 2);
+  CHECK(c.expert_group_top == 1);
+  CHECK(c.routed_scaling_factor == 2.5);
+  CHECK(c.topk_norm_epsilon == 1e-20);
+  CHECK(c.norm_topk_prob);
+  CHECK(c.expert_count == 8);
+  CHECK(c.shared_expert_ffn_size == 16);  // n_shared_experts × moe_intermediate_size
+  CHECK_FALSE(c.shared_expert_gate);
+  CHECK(c.layer_is_moe == std::vector<uint8_t>{0, 1, 1});
+  CHECK(c.dense_ffn_size == 48);
+  CHECK(c.rotary_dim == 8);
+  CHECK(c.qk_norm == "per_head");
+  CHECK(c.attention_bias);
+  json plain = glm4_moe_config();
+  plain.erase("use_qk_norm");
+  plain.erase("attention_bias");
+  plain.erase("norm_topk_prob");
+  plain["n_shared_experts"] = 2;
+  plain["first_k_dense_replace"] = 0;
+  model::ModelConfig d = read_ok(plain);
+  CHECK(d.qk_norm == "none");  // use_qk_norm defaults to false
+  CHECK_FALSE(d.attention_bias);
+  CHECK(d.norm_topk_prob);     // Glm4MoeConfig's default
+  CHECK(d.shared_expert_ffn_size == 32);
+  CHECK(d.layer_is_moe == std::vector<uint8_t>{1, 1, 1});
+  json bad_groups = glm4_moe_config();
+  bad_groups["n_group"] = 3;  // 8 experts do not split into 3 groups
+  CHECK(read_error(bad_groups).kind == ErrorKind::Corrupt);
+}
+
+TEST_CASE("MiniMax-M2: sigmoid with bias, always renormalised, whole-projection q/k norm, rotary_dim", "[families]") {
+  model::ModelConfig c = read_ok(minimax_m2_config());
+  CHECK(c.family == "minimax_m2");
+  CHECK(c.router_score == "sigmoid");
+  CHECK(c.router_select_bias);
+  CHECK(c.expert_group_count == 1);
+  CHECK(c.norm_topk_prob);
+  CHECK(c.routed_scaling_factor == 1.0);
+  CHECK(c.topk_norm_epsilon == 0.0);
+  CHECK(c.qk_norm == "full");
+  CHECK(c.rotary_dim == 8);
+  CHECK(c.layer_is_moe == std::vector<uint8_t>{1, 1});
+  CHECK(c.rope_theta == 5e6);
+  json legacy = minimax_m2_config();  // the hub checkpoints: rotary_dim and a top-level rope_theta
+  legacy.erase("rope_parameters");
+  legacy["rope_theta"] = 5e6;
+  legacy["rotary_dim"] = 4;
+  CHECK(read_ok(legacy).rotary_dim == 4);
+  legacy["rotary_dim"] = 5;
+  Error odd = read_error(legacy);
+  CHECK(odd.kind == ErrorKind::Unsupported);
+  CHECK_THAT(odd.message, Contains("rotary dimension of 5"));
+}

@@ -3,6 +3,8 @@
 // with the right hyper-parameters, routing semantics and special tokens; every tensor holds
 // exactly its checkpoint bytes (f32 -> f32); and a re-sharded copy gives identical tensors.
 #include <catch2/catch.hpp>
+
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -11,6 +13,7 @@
 #include "convert/expected_mapping.h"
 #include "convert/safetensors_writer.h"
 #include "model/config.h"
+#include "model/tensor_names.h"
 #include "modeltool/convert/safetensors.h"
 
 using namespace colibri;
@@ -78,6 +81,33 @@ std::vector<Expected> expected_cases() {
   olmoe.config.qk_norm = "full";
   olmoe.config.clip_qkv = 2.0;
   cases.push_back(olmoe);
+
+  Expected glm{"glm4_moe_groups", "Glm4MoeForCausalLM", make("glm4_moe", 3, 2, 32, 8, 3, 24, true, false, 1e4, 1e-5),
+               {{"bos_token_id", nullptr}, {"eos_token_ids", {511, 509}}, {"pad_token_id", 509}, {"bos_token", nullptr},
+                {"eos_token", "<|im_end|>"}}};
+  glm.config.attention_bias = true;
+  glm.config.qk_norm = "per_head";
+  glm.config.rotary_dim = 16;
+  glm.config.router_score = "sigmoid";
+  glm.config.router_select_bias = true;
+  glm.config.expert_group_count = 4;
+  glm.config.expert_group_top = 2;
+  glm.config.topk_norm_epsilon = 1e-20;
+  glm.config.routed_scaling_factor = 2.5;
+  glm.config.shared_expert_ffn_size = 24;
+  glm.config.dense_ffn_size = 48;
+  glm.config.layer_is_moe = {0, 1, 1};  // first_k_dense_replace 1
+  cases.push_back(glm);
+
+  Expected minimax{"minimax_m2_sigmoid", "MiniMaxM2ForCausalLM",
+                   make("minimax_m2", 2, 2, 32, 8, 2, 24, true, false, 5e6, 1e-6),
+                   {{"bos_token_id", nullptr}, {"eos_token_ids", {509}}, {"pad_token_id", 509}, {"bos_token", nullptr},
+                    {"eos_token", "<|endoftext|>"}}};
+  minimax.config.qk_norm = "full";
+  minimax.config.rotary_dim = 16;
+  minimax.config.router_score = "sigmoid";
+  minimax.config.router_select_bias = true;
+  cases.push_back(minimax);
   return cases;
 }
 
@@ -103,7 +133,13 @@ void check_config(const model::ModelConfig &found, const Expected &expected) {
   CHECK(found.expert_count == e.expert_count);
   CHECK(found.expert_ffn_size == e.expert_ffn_size);
   CHECK(found.top_k == e.top_k);
-  CHECK(found.router_score == "softmax");
+  CHECK(found.rotary_dim == (e.rotary_dim ? e.rotary_dim : e.head_dim));
+  CHECK(found.router_score == e.router_score);
+  CHECK(found.router_select_bias == e.router_select_bias);
+  CHECK(found.expert_group_count == e.expert_group_count);
+  CHECK(found.expert_group_top == e.expert_group_top);
+  CHECK(found.topk_norm_epsilon == e.topk_norm_epsilon);
+  CHECK(found.routed_scaling_factor == e.routed_scaling_factor);
   CHECK(found.norm_topk_prob == e.norm_topk_prob);
   CHECK(found.shared_expert_ffn_size == e.shared_expert_ffn_size);
   CHECK(found.shared_expert_gate == e.shared_expert_gate);
@@ -203,8 +239,20 @@ TEST_CASE("every oracle fixture also converts to f16, bf16 and q8 images that ve
         REQUIRE_FALSE(testing::convert(fixture_dir(expected.name), out, dtype));
         auto img = testing::open_image(out);
         REQUIRE_FALSE(img->verify_all(1));
-        CHECK(img->find("blk.0.ffn_gate_exps")->dtype == dtype);
-        CHECK(img->find("blk.0.ffn_gate_inp")->dtype == image::DType::F32);
+        // The first MoE layer (GLM-4.5's layer 0 is dense).
+        const auto &moe = expected.config.layer_is_moe;
+        const uint64_t layer = static_cast<uint64_t>(std::find(moe.begin(), moe.end(), 1) - moe.begin());
+        const image::TensorInfo *experts = img->find(model::names::layer_tensor(layer, "ffn_gate_exps"));
+        const image::TensorInfo *router = img->find(model::names::layer_tensor(layer, "ffn_gate_inp"));
+        REQUIRE(experts);
+        REQUIRE(router);
+        CHECK(experts->dtype == dtype);
+        CHECK(router->dtype == image::DType::F32);
+        if (expected.config.router_select_bias) {
+          const image::TensorInfo *bias = img->find(model::names::layer_tensor(layer, "ffn_exp_probs_b"));
+          REQUIRE(bias);
+          CHECK(bias->dtype == image::DType::F32);  // a vector: never quantised
+        }
       }
     }
   }

@@ -140,6 +140,66 @@ TEST_CASE("routing: ±5000 logits stay finite, ties go to the lower index, k may
   CHECK(sum == Approx(1.0f));
 }
 
+TEST_CASE("sigmoid routing: the bias picks, the unbiased score weighs, groups limit, ties to the lower index",
+          "[engine][router]") {
+  float scratch[16];
+  int32_t ids[4];
+  float weights[4];
+  {
+    // The bias moves expert 3 (score 0.2) ahead of expert 0 (score 0.5), but its weight is 0.2.
+    const float scores[4] = {0.5f, 0.9f, 0.3f, 0.2f};
+    const float bias[4] = {0.0f, 0.0f, 0.0f, 0.5f};
+    runtime::SigmoidRouting r;
+    r.bias = bias;
+    r.renormalise = false;
+    runtime::select_top_k_sigmoid(scores, 4, 2, r, scratch, ids, weights);
+    CHECK((ids[0] == 1 && ids[1] == 3));
+    CHECK(weights[0] == 0.9f);
+    CHECK(weights[1] == 0.2f);
+    // Renormalised over the unbiased scores, then scaled: 0.9 / 1.1 × 2.5, 0.2 / 1.1 × 2.5.
+    r.renormalise = true;
+    r.scale = 2.5f;
+    runtime::select_top_k_sigmoid(scores, 4, 2, r, scratch, ids, weights);
+    CHECK(weights[0] == Approx(0.9f / 1.1f * 2.5f));
+    CHECK(weights[1] == Approx(0.2f / 1.1f * 2.5f));
+    CHECK(weights[0] + weights[1] == Approx(2.5f));
+  }
+  {
+    // Two groups of 4. Group 0 holds the single best expert (0.95) but group 1 has the best
+    // two-expert sum (0.8 + 0.7 > 0.95 + 0.1): with topk_group 1 only group 1 is eligible.
+    const float scores[8] = {0.95f, 0.1f, 0.1f, 0.1f, 0.8f, 0.2f, 0.7f, 0.3f};
+    runtime::SigmoidRouting r;
+    r.group_count = 2;
+    r.group_top = 1;
+    r.renormalise = false;
+    runtime::select_top_k_sigmoid(scores, 8, 2, r, scratch, ids, weights);
+    CHECK((ids[0] == 4 && ids[1] == 6));
+    // Both groups eligible: the global top-2.
+    r.group_top = 2;
+    runtime::select_top_k_sigmoid(scores, 8, 2, r, scratch, ids, weights);
+    CHECK((ids[0] == 0 && ids[1] == 4));
+    // Tied group sums: the lower group wins.
+    const float tied[8] = {0.5f, 0.5f, 0.0f, 0.0f, 0.0f, 0.5f, 0.5f, 0.0f};
+    r.group_top = 1;
+    runtime::select_top_k_sigmoid(tied, 8, 2, r, scratch, ids, weights);
+    CHECK((ids[0] == 0 && ids[1] == 1));
+  }
+  {
+    // All scores equal: the lowest indices, in order; the renormalised weights are equal.
+    const float equal[6] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
+    runtime::SigmoidRouting r;
+    r.epsilon = 1e-20f;
+    runtime::select_top_k_sigmoid(equal, 6, 3, r, scratch, ids, weights);
+    CHECK((ids[0] == 0 && ids[1] == 1 && ids[2] == 2));
+    CHECK(weights[0] == Approx(1.0f / 3.0f));
+    CHECK(weights[2] == weights[0]);
+    // Every score 0 (a sigmoid underflow): the epsilon keeps the weights finite, at 0.
+    const float zero[6] = {};
+    runtime::select_top_k_sigmoid(zero, 6, 3, r, scratch, ids, weights);
+    CHECK((ids[0] == 0 && weights[0] == 0.0f && weights[2] == 0.0f));
+  }
+}
+
 TEST_CASE("the layer-level MoE entry point: router vs caller routes, one expert for all, unused experts", "[engine][moe]") {
   auto m = fixture_model("mixtral_gqa");
   const size_t H = m->config().hidden_size, K = m->config().top_k, E = m->config().expert_count;

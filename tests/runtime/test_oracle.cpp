@@ -110,6 +110,12 @@ TEST_CASE("bf16 images stay within the documented bf16 rounding bound", "[oracle
         // Routing flip (margin 1.06e-3 < the bf16 perturbation): logits move by ~2.2 at the
         // affected positions. Bounded, reported, and documented rather than hidden.
         CHECK(c.max_abs_diff <= 2.5);
+      } else if (oc.oracle.contains("bf16_greedy_tokens")) {
+        // Sigmoid routers (GLM-4.5, MiniMax-M2): bf16 rounding changes the continuation in
+        // transformers too; the fixture holds transformers' greedy tokens for the same
+        // bf16-rounded matrices, and the engine must produce exactly those.
+        CHECK(c.max_abs_diff <= 0.12);
+        CHECK(c.greedy == oc.oracle["bf16_greedy_tokens"].get<std::vector<int32_t>>());
       } else {
         CHECK(c.max_abs_diff <= 0.12);
         CHECK(c.greedy == oc.greedy_tokens);

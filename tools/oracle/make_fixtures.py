@@ -52,6 +52,10 @@ from transformers import (  # noqa: E402
     AutoModelForCausalLM,
     AutoTokenizer,
     GenerationConfig,
+    Glm4MoeConfig,
+    Glm4MoeForCausalLM,
+    MiniMaxM2Config,
+    MiniMaxM2ForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
     OlmoeConfig,
@@ -255,6 +259,28 @@ CHAT_MIXTRAL = (
     "{%- endfor %}\n"
 )
 
+# GLM-4.5 style: [gMASK]<sop> prefix, <|role|> headers, no end-of-turn marker.
+CHAT_GLM4 = (
+    "{{- '[gMASK]<sop>' }}\n"
+    "{%- for message in messages %}\n"
+    "{{- '<|' + message['role'] + '|>\\n' + message['content'] | trim }}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "{{- '<|assistant|>\\n' }}\n"
+    "{%- endif %}\n"
+)
+
+# MiniMax-M2 style: ]~!b[ / ]~b]role headers, [e~[ end of turn.
+CHAT_MINIMAX_M2 = (
+    "{{- ']~!b[' }}\n"
+    "{%- for message in messages %}\n"
+    "{{- ']~b]' + message['role'] + '\\n' + message['content'] + '[e~[\\n' }}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "{{- ']~b]ai\\n' }}\n"
+    "{%- endif %}\n"
+)
+
 CHAT_TULU = (
     "{%- for message in messages %}\n"
     "{%- if message['role'] == 'system' %}\n"
@@ -437,6 +463,62 @@ CASES = [
             "clip values in every layer (see clip_counts); 8 experts top-2 not renormalised; GQA 4/2."
         ),
     },
+    {
+        "name": "glm4_moe_groups",
+        "model_cls": Glm4MoeForCausalLM,
+        "config_cls": Glm4MoeConfig,
+        "config": dict(
+            vocab_size=VOCAB, hidden_size=64, head_dim=32, intermediate_size=48, moe_intermediate_size=24,
+            num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, n_routed_experts=8,
+            num_experts_per_tok=3, n_group=4, topk_group=2, n_shared_experts=1, first_k_dense_replace=1,
+            routed_scaling_factor=2.5, norm_topk_prob=True, use_qk_norm=True, attention_bias=True,
+            tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                        "partial_rotary_factor": 0.5},
+            rms_norm_eps=1e-5, max_position_embeddings=4096, bos_token_id=None, eos_token_id=[511, 509],
+            pad_token_id=509,
+        ),
+        "init": {"router": 0.5, "score_bias": 0.3},
+        "tokenizer": "bytelevel",
+        "chat_template": CHAT_GLM4,
+        "tok_special": dict(bos=None, eos="<|im_end|>", pad="<|endoftext|>"),
+        "gen": dict(bos_token_id=None, eos_token_id=[511, 509], pad_token_id=509),
+        "prompt": BYTE_PROMPT,
+        "base_seed": 6000,
+        "description": (
+            "GLM-4.5 (Glm4MoeForCausalLM): sigmoid router with a random non-zero e_score_correction_bias "
+            "(selection only), 8 experts in 4 groups of which the best 2 are eligible (a group ranks by the "
+            "sum of its two best biased scores), top-3, weights renormalised (+1e-20) and scaled by "
+            "routed_scaling_factor 2.5, one shared expert without a gate, layer 0 dense "
+            "(first_k_dense_replace 1, intermediate 48), partial RoPE (factor 0.5: 16 of head_dim 32), "
+            "per-head q/k RMSNorm, q/k/v biases, GQA 4/2. num_nextn_predict_layers 1 with no MTP tensors "
+            "(transformers neither builds nor saves them)."
+        ),
+    },
+    {
+        "name": "minimax_m2_sigmoid",
+        "model_cls": MiniMaxM2ForCausalLM,
+        "config_cls": MiniMaxM2Config,
+        "config": dict(
+            vocab_size=VOCAB, hidden_size=64, head_dim=32, intermediate_size=24, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, num_local_experts=8, num_experts_per_tok=2,
+            rotary_dim=16, tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 5e6},
+            rms_norm_eps=1e-6, max_position_embeddings=4096, bos_token_id=None, eos_token_id=509,
+            pad_token_id=509,
+        ),
+        "init": {"router": 0.5, "score_bias": 0.3},
+        "tokenizer": "bytelevel",
+        "chat_template": CHAT_MINIMAX_M2,
+        "tok_special": dict(bos=None, eos="<|endoftext|>", pad="<|endoftext|>"),
+        "gen": dict(bos_token_id=None, eos_token_id=509, pad_token_id=509),
+        "prompt": BYTE_PROMPT,
+        "base_seed": 7000,
+        "description": (
+            "MiniMax-M2 (MiniMaxM2ForCausalLM): sigmoid router with a random non-zero e_score_correction_bias "
+            "(selection only), 8 experts top-2 always renormalised, q/k RMSNorm over the whole projection "
+            "(q_norm [heads*head_dim], k_norm [kv_heads*head_dim]), partial RoPE through the legacy "
+            "rotary_dim 16 of head_dim 32, rope_theta 5e6, no biases, GQA 4/2."
+        ),
+    },
 ]
 
 
@@ -444,14 +526,16 @@ CASES = [
 # Model init, oracle computation
 # --------------------------------------------------------------------------------------
 
-INIT_STD = {"matrix": 0.15, "router": 0.3, "embed": 0.3, "lm_head": 0.3, "norm": 0.2, "bias": 0.2}
+SIGMOID_CASES = ("glm4_moe_groups", "minimax_m2_sigmoid")
+INIT_STD = {"matrix": 0.15, "router": 0.3, "embed": 0.3, "lm_head": 0.3, "norm": 0.2, "bias": 0.2, "score_bias": 0.2}
 
 
 def init_weights(model: torch.nn.Module, seed: int, overrides: dict | None = None) -> None:
     """Explicit, library-independent init from one seed (HF's default std 0.02 gives
     near-flat logits).  Every parameter, in sorted name order, gets z ~ N(0, 1) from one
     torch.Generator: matrices 0.15 z, router 0.3 z, embeddings / LM head 0.3 z, RMSNorm
-    weights 1 + 0.2 z, biases 0.2 z (per-case overrides in CASES[...]["init"])."""
+    weights 1 + 0.2 z, biases 0.2 z, then (sigmoid routers) each e_score_correction_bias buffer
+    0.2 z (per-case overrides in CASES[...]["init"])."""
     std = dict(INIT_STD, **(overrides or {}))
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -469,6 +553,10 @@ def init_weights(model: torch.nn.Module, seed: int, overrides: dict | None = Non
                 p.copy_(std["lm_head"] * z)
             else:
                 p.copy_(std["matrix"] * z)
+        # sigmoid routers' e_score_correction_bias is a buffer (not a parameter): z after them
+        for name, b in sorted(model.named_buffers(), key=lambda kv: kv[0]):
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(std["score_bias"] * torch.randn(b.shape, generator=gen, dtype=torch.float32))
 
 
 def moe_gates(model):
@@ -499,10 +587,40 @@ def router_margins(model, ids: torch.Tensor, top_k: int):
             h.remove()
     margins = {}
     for i, logits in sorted(captured.items()):
+        gate = dict(moe_gates(model))[i]
+        if getattr(model.config, "model_type", "") in ("glm4_moe", "minimax_m2"):
+            margins[i] = sigmoid_margin(model, i, gate, logits.float(), top_k)
+            continue
         probs = torch.softmax(logits.float(), dim=-1)
         top = torch.topk(probs, top_k + 1, dim=-1).values
         margins[i] = float((top[:, top_k - 1] - top[:, top_k]).min())
     return margins
+
+
+def sigmoid_margin(model, i, gate, logits, top_k):
+    """Sigmoid routers: the smallest gap that decides the choice, over all tokens: between the
+    topk_group-th and next group score (groups > 1), and between the k-th and (k+1)-th eligible
+    biased score."""
+    mlp = model.model.layers[i].mlp
+    bias = getattr(gate, "e_score_correction_bias", None)
+    if bias is None:
+        bias = mlp.e_score_correction_bias
+    choice = logits.sigmoid() + bias.float()
+    cfg = model.config
+    groups = getattr(cfg, "n_group", 1) or 1
+    margin = float("inf")
+    if groups > 1:
+        per = choice.shape[-1] // groups
+        gs = choice.view(-1, groups, per).topk(2, dim=-1)[0].sum(-1)
+        top = torch.topk(gs, cfg.topk_group + 1, dim=-1).values
+        margin = float((top[:, cfg.topk_group - 1] - top[:, cfg.topk_group]).min())
+        keep = torch.zeros_like(gs).scatter_(1, torch.topk(gs, cfg.topk_group, dim=-1)[1], 1)
+        mask = keep.unsqueeze(-1).expand(-1, groups, per).reshape(choice.shape)
+        choice = choice.masked_fill(~mask.bool(), float("-inf"))
+    top = torch.topk(choice, top_k + 1, dim=-1).values
+    gap = top[:, top_k - 1] - top[:, top_k]
+    gap = torch.where(torch.isfinite(gap), gap, torch.full_like(gap, float("inf")))  # k+1-th masked: no contest
+    return min(margin, float(gap.min()))
 
 
 def clip_counts(model, ids: torch.Tensor, clip: float):
@@ -661,6 +779,12 @@ def save_case(case, seed, attempts, res, input_ids, tok: Tokenizer, tok_name: st
     write_f32(out / "greedy_logits.bin", step_logits)
 
     extra = {}
+    if case["name"] in SIGMOID_CASES:
+        extra["bf16_greedy_tokens"] = bf16_greedy(model, input_ids)
+        extra["bf16_greedy_note"] = (
+            "greedy_tokens of the same model with every matrix except the routers rounded to bf16 (what "
+            "colibri-model convert --dtype bf16 stores): the sigmoid routers' small margins make bf16 rounding "
+            "change the continuation, so a bf16 image is held to this sequence")
     if case["name"] == "olmoe_clip":
         cc = clip_counts(model, full, cfg.clip_qkv)
         extra["clip_counts"] = {
@@ -702,8 +826,11 @@ def save_case(case, seed, attempts, res, input_ids, tok: Tokenizer, tok_name: st
         "min_greedy_top2_gap": min(gaps),
         "min_router_margin": min(margins.values()),
         "router_margin_per_layer": {str(k): v for k, v in sorted(margins.items())},
-        "router_margin_note": "min over prompt+greedy tokens of p[k-th] - p[(k+1)-th], softmax fp32, "
-                              "from one forward pass over the 32 tokens",
+        "router_margin_note": ("min over prompt+greedy tokens of p[k-th] - p[(k+1)-th], softmax fp32, "
+                               "from one forward pass over the 32 tokens") if case["name"] not in SIGMOID_CASES else
+                              ("min over prompt+greedy tokens of the gap between the k-th and (k+1)-th biased "
+                               "sigmoid score among the eligible experts, and between the topk_group-th and next "
+                               "group score, fp32, from one forward pass over the 32 tokens"),
         "moe_layers": [i for i, _ in moe_gates(model)],
         "tokenizer": tok_name + "_bpe",
         "tokenizer_expected": f"tests/fixtures/tokenizer/{tok_name}_bpe.expected.jsonl",
@@ -722,6 +849,22 @@ def save_case(case, seed, attempts, res, input_ids, tok: Tokenizer, tok_name: st
     }
     write_json(out / "oracle.json", oracle)
     return out
+
+
+def bf16_greedy(model, input_ids: list[int]) -> list[int]:
+    """Greedy tokens with the matrices a bf16 image rounds (rank >= 2, not the router) in bf16."""
+    import copy
+    rounded = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, p in rounded.named_parameters():
+            if p.dim() > 1 and not name.endswith("mlp.gate.weight"):
+                p.copy_(p.to(torch.bfloat16).float())
+    ids = torch.tensor([input_ids], dtype=torch.long)
+    with torch.no_grad():
+        gen = rounded.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=GenerationConfig(
+            max_new_tokens=N_GREEDY, do_sample=False, num_beams=1, eos_token_id=None, pad_token_id=0,
+            bos_token_id=None, use_cache=True))
+    return [int(t) for t in gen[0][len(input_ids):]]
 
 
 def verify_case(out: Path, case: dict, input_ids, greedy, tok: Tokenizer):

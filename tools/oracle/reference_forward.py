@@ -38,15 +38,26 @@ def load_hparams(cfg: dict) -> dict:
         # transformers 5 writes rope_parameters.rope_theta, transformers 4 a top-level rope_theta
         "rope_theta": (cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta", 10000.0)),
         # num_experts / num_local_experts are aliases in every family's config class
-        "experts": cfg.get("num_local_experts", cfg.get("num_experts")),
+        "experts": cfg.get("num_local_experts", cfg.get("num_experts", cfg.get("n_routed_experts"))),
         "top_k": cfg["num_experts_per_tok"],
-        "norm_topk": True if mt == "mixtral" else bool(cfg.get("norm_topk_prob", False)),
+        "norm_topk": True if mt in ("mixtral", "minimax_m2") else bool(cfg.get("norm_topk_prob", mt == "glm4_moe")),
+        # GLM-4.5 / MiniMax-M2: sigmoid router, e_score_correction_bias, groups, scaling, partial RoPE
+        "sigmoid": mt in ("glm4_moe", "minimax_m2"),
+        "n_group": cfg.get("n_group", 1),
+        "topk_group": cfg.get("topk_group", 1),
+        "scale": cfg.get("routed_scaling_factor", 1.0) if mt == "glm4_moe" else 1.0,
+        "first_k_dense": cfg.get("first_k_dense_replace", 0) if mt == "glm4_moe" else 0,
+        "n_shared": cfg.get("n_shared_experts", 0) if mt == "glm4_moe" else 0,
+        "qk_norm_per_head": mt == "qwen3_moe" or (mt == "glm4_moe" and cfg.get("use_qk_norm", False)),
+        "qk_norm_full": mt in ("olmoe", "minimax_m2"),
         "tied": bool(cfg.get("tie_word_embeddings", False)),
         "clip_qkv": cfg.get("clip_qkv"),
         "mlp_only_layers": cfg.get("mlp_only_layers") or [],
         "sparse_step": cfg.get("decoder_sparse_step", 1),
     }
     rp = cfg.get("rope_parameters") or {}
+    factor = rp.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
+    hp["rotary_dim"] = int(hp["head_dim"] * factor)
     assert rp.get("rope_type", "default") == "default" and not cfg.get("rope_scaling"), "only default RoPE"
     if mt in ("qwen2_moe", "qwen3_moe"):
         assert not cfg.get("use_sliding_window"), "sliding window not modelled"
@@ -63,8 +74,11 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-def rope(x, pos, theta):
-    """x [T, n, d]; HF rotate_half convention (first half / second half)."""
+def rope(x, pos, theta, rotary_dim=None):
+    """x [T, n, d]; HF rotate_half convention (first half / second half) over the first
+    rotary_dim values of each head (all of them by default); the rest pass through."""
+    if rotary_dim is not None and rotary_dim < x.shape[-1]:
+        return np.concatenate([rope(x[..., :rotary_dim], pos, theta), x[..., rotary_dim:]], -1)
     d = x.shape[-1]
     inv = 1.0 / (theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
     ang = pos[:, None] * inv[None, :]
@@ -75,8 +89,10 @@ def rope(x, pos, theta):
 
 
 def is_moe_layer(hp, i):
-    if hp["family"] == "mixtral" or hp["family"] == "olmoe":
+    if hp["family"] in ("mixtral", "olmoe", "minimax_m2"):
         return True
+    if hp["family"] == "glm4_moe":
+        return i >= hp["first_k_dense"]
     return i not in hp["mlp_only_layers"] and hp["experts"] > 0 and (i + 1) % hp["sparse_step"] == 0
 
 
@@ -101,17 +117,17 @@ def forward(d: Path, ids: list[int]) -> np.ndarray:
         p = f"model.layers.{i}."
         h = rms_norm(x, W[p + "input_layernorm.weight"], hp["eps"])
         q, k, v = lin(p + "self_attn.q_proj", h), lin(p + "self_attn.k_proj", h), lin(p + "self_attn.v_proj", h)
-        if fam == "olmoe":  # norm over the whole projection, then clip q, k (normed) and v (raw)
+        if hp["qk_norm_full"]:  # norm over the whole projection, then (OLMoE) clip q, k (normed) and v (raw)
             q = rms_norm(q, W[p + "self_attn.q_norm.weight"], hp["eps"])
             k = rms_norm(k, W[p + "self_attn.k_norm.weight"], hp["eps"])
             if hp["clip_qkv"] is not None:
                 c = hp["clip_qkv"]
                 q, k, v = np.clip(q, -c, c), np.clip(k, -c, c), np.clip(v, -c, c)
         q, k, v = q.reshape(T, H, hd), k.reshape(T, KV, hd), v.reshape(T, KV, hd)
-        if fam == "qwen3_moe":  # per-head norm, weight [head_dim] shared by all heads
+        if hp["qk_norm_per_head"]:  # per-head norm, weight [head_dim] shared by all heads
             q = rms_norm(q, W[p + "self_attn.q_norm.weight"], hp["eps"])
             k = rms_norm(k, W[p + "self_attn.k_norm.weight"], hp["eps"])
-        q, k = rope(q, pos, hp["rope_theta"]), rope(k, pos, hp["rope_theta"])
+        q, k = rope(q, pos, hp["rope_theta"], hp["rotary_dim"]), rope(k, pos, hp["rope_theta"], hp["rotary_dim"])
         att = np.empty((T, H, hd))
         for hh in range(H):
             kvh = hh // (H // KV)
@@ -125,21 +141,37 @@ def forward(d: Path, ids: list[int]) -> np.ndarray:
             m = p + "mlp."
             x = x + lin(m + "down_proj", silu(lin(m + "gate_proj", h)) * lin(m + "up_proj", h))
             continue
-        if fam == "mixtral":
+        if fam in ("mixtral", "minimax_m2"):
             m = p + "block_sparse_moe."
             names = ("w1", "w3", "w2")  # gate, up, down
         else:
             m = p + "mlp."
             names = ("gate_proj", "up_proj", "down_proj")
         logits = h @ W[m + "gate.weight"].T
-        probs = np.exp(logits - logits.max(-1, keepdims=True))
-        probs /= probs.sum(-1, keepdims=True)
+        if hp["sigmoid"]:
+            probs = 1.0 / (1.0 + np.exp(-logits))
+            bias_name = m + ("gate.e_score_correction_bias" if fam == "glm4_moe" else "e_score_correction_bias")
+            choice = probs + W[bias_name]
+        else:
+            probs = np.exp(logits - logits.max(-1, keepdims=True))
+            probs /= probs.sum(-1, keepdims=True)
+            choice = probs
         out = np.zeros_like(h)
+        E, G = hp["experts"], hp["n_group"]
         for t in range(T):
-            order = sorted(range(hp["experts"]), key=lambda e: (-probs[t, e], e))[: hp["top_k"]]
+            c = choice[t].copy()
+            if G > 1:  # a group ranks by the sum of its two best choices; keep the best topk_group
+                per = E // G
+                gs = [sum(sorted(c[g * per:(g + 1) * per])[-2:]) for g in range(G)]
+                keep = sorted(range(G), key=lambda g: (-gs[g], g))[: hp["topk_group"]]
+                for g in range(G):
+                    if g not in keep:
+                        c[g * per:(g + 1) * per] = -np.inf
+            order = sorted(range(E), key=lambda e: (-c[e], e))[: hp["top_k"]]
             w = probs[t, order]
             if hp["norm_topk"]:
                 w = w / w.sum()
+            w = w * hp["scale"]
             for e, we in zip(order, w):
                 ep = f"{m}experts.{e}."
                 g = lin(ep + names[0], h[t])
@@ -150,6 +182,9 @@ def forward(d: Path, ids: list[int]) -> np.ndarray:
             shared = lin(se + "down_proj", silu(lin(se + "gate_proj", h)) * lin(se + "up_proj", h))
             gate = 1.0 / (1.0 + np.exp(-(h @ W[m + "shared_expert_gate.weight"].T)))
             out = out + gate * shared
+        if hp["n_shared"]:  # GLM: shared experts, summed without a gate
+            se = m + "shared_experts."
+            out = out + lin(se + "down_proj", silu(lin(se + "gate_proj", h)) * lin(se + "up_proj", h))
         x = x + out
 
     x = rms_norm(x, W["model.norm.weight"], hp["eps"])
