@@ -389,7 +389,8 @@ typedef struct colibri_model_info {
   uint32_t format_version;          /* image format version of the file */
   /* Strings are static or owned by the model: valid until the model's memory is released. */
   const char *path;                 /* as given to colibri_model_open */
-  const char *family;               /* "mixtral", "qwen2_moe", "qwen3_moe", "olmoe" */
+  const char *family;               /* "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "glm4_moe",
+                                       "minimax_m2" */
   const char *architecture;         /* Hugging Face architecture, e.g. "MixtralForCausalLM" */
   uint64_t file_size_bytes;
   uint64_t parameter_count;         /* elements of every tensor (all experts) */
@@ -416,7 +417,7 @@ typedef struct colibri_model_info {
   uint64_t expert_count;            /* experts per MoE layer */
   uint64_t expert_ffn_size;         /* intermediate size of one expert */
   uint64_t top_k;                   /* experts per token */
-  const char *router_score;         /* "softmax": scores over experts in fp32 */
+  const char *router_score;         /* "softmax" or "sigmoid": scores over experts in fp32 */
   uint32_t norm_topk_prob;          /* 1: the k selected weights are renormalised to sum 1 */
   uint32_t shared_expert_gate;      /* 1: shared expert output x sigmoid(gate . x) */
   uint64_t shared_expert_ffn_size;  /* 0 = no shared expert */
@@ -441,6 +442,16 @@ typedef struct colibri_model_info {
                                        copied into memory interleaved over nodes 0-1; measured:
                                        node 0: 50%, node 1: 50% of 1024 sampled pages", or why
                                        nothing was placed or measured */
+  /* Appended fields (a struct_size that ends before them is still accepted and gets the
+   * fields it has). Sigmoid routers (router_score "sigmoid": GLM-4.5, MiniMax-M2) rank
+   * score + a per-expert bias, optionally only within the best groups; docs/architecture.md §4. */
+  uint64_t rotary_dim;              /* leading values of each head that RoPE rotates (head_dim
+                                       unless the family uses partial rotary embeddings) */
+  uint32_t router_select_bias;      /* 1: experts are chosen by score + bias, weighted by score */
+  uint32_t expert_group_top;        /* experts come from the best expert_group_top groups */
+  uint64_t expert_group_count;      /* equal groups of experts; 1 = no group limit */
+  double routed_scaling_factor;     /* the k weights are multiplied by this (1 = none) */
+  double topk_norm_epsilon;         /* added to the sum when the k weights are renormalised */
 } colibri_model_info;
 
 /* Fills *info (set info->struct_size first). Thread-safe. Errors: INVALID_ARGUMENT. */

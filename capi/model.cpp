@@ -14,7 +14,8 @@ namespace {
 // ABI-1 sizes: the smallest struct a caller can pass (struct_size checks).
 // colibri_model_options grew load_into_memory after its first layout.
 constexpr size_t kModelOptionsAbi1 = offsetof(colibri_model_options, load_into_memory);
-constexpr size_t kModelInfoAbi1 = sizeof(colibri_model_info);
+// colibri_model_info grew rotary_dim and the sigmoid-routing fields after numa_report.
+constexpr size_t kModelInfoAbi1 = offsetof(colibri_model_info, rotary_dim);
 constexpr size_t kTensorInfoAbi1 = sizeof(colibri_tensor_info);
 
 colibri_model_options default_model_options() {
@@ -214,6 +215,12 @@ COLIBRI_API int32_t colibri_model_get_info(const colibri_model *model, colibri_m
     i.has_tokenizer = s.tokenizer ? 1 : 0;
     i.has_chat_template = t.chat_template.empty() ? 0 : 1;
     i.numa_report = m.numa_report().c_str();
+    i.rotary_dim = c.rotary_dim;
+    i.router_select_bias = c.router_select_bias ? 1 : 0;
+    i.expert_group_top = static_cast<uint32_t>(c.expert_group_top);
+    i.expert_group_count = c.expert_group_count;
+    i.routed_scaling_factor = c.routed_scaling_factor;
+    i.topk_norm_epsilon = c.topk_norm_epsilon;
     return capi::write_output(info, i, kModelInfoAbi1, "colibri_model_info");
   });
 }

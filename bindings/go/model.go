@@ -264,6 +264,13 @@ type ModelInfo struct {
 	SharedExpertGate    bool
 	SharedExpertFFNSize int
 	DenseFFNSize        int
+	// Sigmoid routers (RouterScore "sigmoid": GLM-4.5, MiniMax-M2) and partial RoPE.
+	RotaryDim           int // leading values of each head RoPE rotates (HeadDim unless partial)
+	RouterSelectBias    bool
+	ExpertGroupCount    int // 1 = no group limit
+	ExpertGroupTop      int
+	RoutedScalingFactor float64
+	TopKNormEpsilon     float64
 
 	WeightDType     DType
 	WeightGroupSize int
@@ -296,7 +303,10 @@ func modelInfoFrom(i *C.colibri_model_info) ModelInfo {
 		RouterScore: C.GoString(i.router_score), NormTopKProb: i.norm_topk_prob != 0,
 		SharedExpertGate: i.shared_expert_gate != 0, SharedExpertFFNSize: int(i.shared_expert_ffn_size),
 		DenseFFNSize: int(i.dense_ffn_size),
-		WeightDType:  DType(i.weight_dtype), WeightGroupSize: int(i.weight_group_size),
+		RotaryDim:    int(i.rotary_dim), RouterSelectBias: i.router_select_bias != 0,
+		ExpertGroupCount: int(i.expert_group_count), ExpertGroupTop: int(i.expert_group_top),
+		RoutedScalingFactor: float64(i.routed_scaling_factor), TopKNormEpsilon: float64(i.topk_norm_epsilon),
+		WeightDType: DType(i.weight_dtype), WeightGroupSize: int(i.weight_group_size),
 		TensorCount: int(i.tensor_count),
 		BOSTokenID:  int32(i.bos_token_id), EOSTokenID: int32(i.eos_token_id), PadTokenID: int32(i.pad_token_id),
 		EOSTokenCount: int(i.eos_token_count), AddBOSToken: i.add_bos_token != 0,

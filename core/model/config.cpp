@@ -42,6 +42,7 @@ nlohmann::json ModelConfig::to_json() const {
   j["shared_expert_gate"] = shared_expert_gate;
   j["dense_ffn_size"] = dense_ffn_size;
   j["layer_is_moe"] = layer_is_moe;
+  j["mtp_layer_count"] = mtp_layer_count;
   return j;
 }
 
@@ -101,6 +102,7 @@ Error ModelConfig::check_limits() const {
       {"expert_group_count", expert_group_count, ModelLimits::kExpertCount},
       {"expert_group_top", expert_group_top, ModelLimits::kExpertCount},
       {"rotary_dim", rotary_dim, ModelLimits::kHeadDim},
+      {"mtp_layer_count", mtp_layer_count, ModelLimits::kLayerCount},
   };
   for (const Limit &l : limits)
     if (l.value > l.limit)
@@ -153,6 +155,7 @@ Error ModelConfig::from_json(const nlohmann::json &j, ModelConfig *out) {
   COLIBRI_READ_OPTIONAL(expert_group_top);
   COLIBRI_READ_OPTIONAL(topk_norm_epsilon);
   COLIBRI_READ_OPTIONAL(routed_scaling_factor);
+  COLIBRI_READ_OPTIONAL(mtp_layer_count);
 #undef COLIBRI_READ_OPTIONAL
 #undef COLIBRI_READ
   if (c.rotary_dim == 0) c.rotary_dim = c.head_dim;

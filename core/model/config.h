@@ -61,6 +61,10 @@ struct ModelConfig {
   bool shared_expert_gate = false;       // shared expert output × sigmoid(gate · x)
   uint64_t dense_ffn_size = 0;           // intermediate size of dense (non-MoE) layers
   std::vector<uint8_t> layer_is_moe;     // per layer: 1 = MoE FFN, 0 = dense FFN
+  // Multi-token-prediction layers the checkpoint holds after the last layer (GLM-4.5's
+  // num_nextn_predict_layers). Informational: the converter leaves them out of the image and
+  // the forward pass never runs them.
+  uint64_t mtp_layer_count = 0;
 
   nlohmann::json to_json() const;
   // Parses and checks consistency (non-zero sizes, top_k ≤ experts, heads divide, the

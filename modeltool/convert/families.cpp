@@ -357,6 +357,10 @@ Error read_hf_config(const nlohmann::json &config, const FamilyInfo **family_out
       if (dense) c.layer_is_moe[i] = 0;
     }
   }
+  // GLM-4.5 checkpoints carry num_nextn_predict_layers MTP layers after the last layer
+  // (transformers names the key num_mtp_layers as well).
+  c.mtp_layer_count = reader.has("num_nextn_predict_layers") ? reader.optional_uint("num_nextn_predict_layers", 0)
+                                                             : reader.optional_uint("num_mtp_layers", 0);
   if (family->first_k_dense_key) {
     uint64_t dense = reader.optional_uint(family->first_k_dense_key, 1);
     for (uint64_t i = 0; i < c.layer_count && i < dense; ++i) c.layer_is_moe[i] = 0;

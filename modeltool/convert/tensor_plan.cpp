@@ -105,6 +105,17 @@ std::vector<Wanted> wanted_tensors(const FamilyInfo &family, const model::ModelC
 bool ignorable(const std::string &name, const model::ModelConfig &c) {
   if (name.ends_with(".rotary_emb.inv_freq")) return true;  // recomputed from rope_theta (old checkpoints)
   if (c.tie_word_embeddings && name == "lm_head.weight") return true;  // transformers ties it to embed_tokens
+  // Multi-token-prediction layers (model.layers.<L..L+mtp-1>.*): the forward pass never runs them.
+  uint64_t layer = 0;
+  const std::string prefix = "model.layers.";
+  if (c.mtp_layer_count > 0 && name.starts_with(prefix)) {
+    const size_t dot = name.find('.', prefix.size());
+    const std::string digits = name.substr(prefix.size(), dot == std::string::npos ? 0 : dot - prefix.size());
+    if (!digits.empty() && digits.size() < 6 && digits.find_first_not_of("0123456789") == std::string::npos) {
+      layer = std::stoull(digits);
+      return layer >= c.layer_count && layer - c.layer_count < c.mtp_layer_count;
+    }
+  }
   return false;
 }
 

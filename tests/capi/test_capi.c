@@ -236,6 +236,10 @@ static void test_model_info_and_tensors(void) {
   CHECK(info.head_count == 4 && info.kv_head_count == 2 && info.head_dim == 16);
   CHECK(info.expert_count == 8 && info.top_k == 2 && info.expert_ffn_size == 32);
   CHECK(strcmp(info.router_score, "softmax") == 0 && info.norm_topk_prob == 1);
+  /* The appended fields: full rotary embeddings and none of the sigmoid routers' extras. */
+  CHECK(info.rotary_dim == 16 && info.router_select_bias == 0);
+  CHECK(info.expert_group_count == 1 && info.expert_group_top == 1);
+  CHECK(info.routed_scaling_factor == 1.0 && info.topk_norm_epsilon == 0.0);
   CHECK(strcmp(info.qk_norm, "none") == 0);
   CHECK(fabs(info.rope_theta - 10000.0) < 1e-9 && fabs(info.rms_norm_eps - 1e-5) < 1e-12);
   CHECK(info.weight_dtype == COLIBRI_DTYPE_F32);

@@ -263,6 +263,7 @@ TEST_CASE("GLM-4.5: sigmoid groups, scaling, shared experts, dense first layers,
   CHECK(c.rotary_dim == 8);
   CHECK(c.qk_norm == "per_head");
   CHECK(c.attention_bias);
+  CHECK(c.mtp_layer_count == 1);  // num_nextn_predict_layers: recorded, not converted
   json plain = glm4_moe_config();
   plain.erase("use_qk_norm");
   plain.erase("attention_bias");

@@ -257,3 +257,39 @@ TEST_CASE("every oracle fixture also converts to f16, bf16 and q8 images that ve
     }
   }
 }
+
+TEST_CASE("GLM-4.5's multi-token-prediction layer tensors are left out of the image, and said so", "[convert][oracle]") {
+  // The glm4_moe_groups fixture (num_nextn_predict_layers 1, 3 layers) plus two tensors of an
+  // MTP layer 3, as the hub checkpoints carry them; a layer 4 tensor stays unexpected.
+  testing::ScopedTempDir tmp("oracle-mtp");
+  const std::string source = fixture_dir("glm4_moe_groups");
+  modeltool::convert::SafetensorsCheckpoint checkpoint;
+  REQUIRE_FALSE(modeltool::convert::SafetensorsCheckpoint::open(source, &checkpoint));
+  auto write_with = [&](const std::string &dir, const std::vector<std::string> &extra) {
+    std::filesystem::create_directories(dir);
+    for (const char *file : {"config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+      std::filesystem::copy_file(source + "/" + file, dir + "/" + file);
+    std::vector<testing::SafetensorsEntry> entries;
+    for (const auto &t : checkpoint.tensors()) entries.push_back({t.name, t.dtype, t.shape});
+    for (const std::string &name : extra) entries.push_back({name, "F32", {64}});
+    return testing::write_safetensors(dir + "/model.safetensors", entries,
+                                      [&](size_t index, uint64_t offset, unsigned char *out, size_t bytes) {
+                                        if (index < checkpoint.tensors().size())
+                                          std::memcpy(out, checkpoint.data(checkpoint.tensors()[index]) + offset, bytes);
+                                        else
+                                          std::memset(out, 0, bytes);
+                                      });
+  };
+  REQUIRE_FALSE(write_with(tmp / "mtp", {"model.layers.3.enorm.weight", "model.layers.3.hnorm.weight"}));
+  REQUIRE_FALSE(testing::convert(tmp / "mtp", tmp / "mtp.colibri"));
+  REQUIRE_FALSE(testing::convert(source, tmp / "plain.colibri"));
+  auto with_mtp = testing::open_image(tmp / "mtp.colibri"), plain = testing::open_image(tmp / "plain.colibri");
+  CHECK(with_mtp->tensors().size() == plain->tensors().size());
+  CHECK(with_mtp->metadata()["model"]["mtp_layer_count"] == 1);
+  CHECK(with_mtp->metadata()["model"] == plain->metadata()["model"]);
+
+  REQUIRE_FALSE(write_with(tmp / "beyond", {"model.layers.4.enorm.weight"}));
+  Error e = testing::convert(tmp / "beyond", tmp / "beyond.colibri");
+  CHECK(e.kind == ErrorKind::Corrupt);
+  CHECK_THAT(e.message, Catch::Contains("model.layers.4.enorm.weight"));
+}

@@ -648,6 +648,15 @@ pub struct ModelInfo {
     pub shared_expert_gate: bool,
     pub shared_expert_ffn_size: usize,
     pub dense_ffn_size: usize,
+    /// Leading values of each head RoPE rotates (head_dim unless partial).
+    pub rotary_dim: usize,
+    /// Sigmoid routers ("sigmoid": GLM-4.5, MiniMax-M2): experts chosen by score + bias.
+    pub router_select_bias: bool,
+    /// 1 = no group limit.
+    pub expert_group_count: usize,
+    pub expert_group_top: usize,
+    pub routed_scaling_factor: f64,
+    pub topk_norm_epsilon: f64,
     pub weight_dtype: Option<DType>,
     pub weight_group_size: u32,
     pub tensor_count: usize,
@@ -991,6 +1000,12 @@ unsafe fn model_info_from(i: &sys::colibri_model_info) -> ModelInfo {
             shared_expert_gate: i.shared_expert_gate != 0,
             shared_expert_ffn_size: i.shared_expert_ffn_size as usize,
             dense_ffn_size: i.dense_ffn_size as usize,
+            rotary_dim: i.rotary_dim as usize,
+            router_select_bias: i.router_select_bias != 0,
+            expert_group_count: i.expert_group_count as usize,
+            expert_group_top: i.expert_group_top as usize,
+            routed_scaling_factor: i.routed_scaling_factor,
+            topk_norm_epsilon: i.topk_norm_epsilon,
             weight_dtype: Some(DType::from_raw(i.weight_dtype)),
             weight_group_size: i.weight_group_size,
             tensor_count: i.tensor_count as usize,

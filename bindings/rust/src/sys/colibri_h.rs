@@ -414,12 +414,18 @@ pub struct colibri_model_info {
     pub has_tokenizer: u32,
     pub has_chat_template: u32,
     pub numa_report: *const ::std::os::raw::c_char,
+    pub rotary_dim: u64,
+    pub router_select_bias: u32,
+    pub expert_group_top: u32,
+    pub expert_group_count: u64,
+    pub routed_scaling_factor: f64,
+    pub topk_norm_epsilon: f64,
 }
 #[test]
 fn bindgen_test_layout_colibri_model_info() {
     assert_eq!(
         ::core::mem::size_of::<colibri_model_info>(),
-        280usize,
+        320usize,
         concat!("Size of: ", stringify!(colibri_model_info))
     );
     assert_eq!(
@@ -1158,6 +1164,108 @@ fn bindgen_test_layout_colibri_model_info() {
         );
     }
     test_field_numa_report();
+    fn test_field_rotary_dim() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).rotary_dim) as usize - ptr as usize
+            },
+            280usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(rotary_dim)
+            )
+        );
+    }
+    test_field_rotary_dim();
+    fn test_field_router_select_bias() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).router_select_bias) as usize - ptr as usize
+            },
+            288usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(router_select_bias)
+            )
+        );
+    }
+    test_field_router_select_bias();
+    fn test_field_expert_group_top() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).expert_group_top) as usize - ptr as usize
+            },
+            292usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(expert_group_top)
+            )
+        );
+    }
+    test_field_expert_group_top();
+    fn test_field_expert_group_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).expert_group_count) as usize - ptr as usize
+            },
+            296usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(expert_group_count)
+            )
+        );
+    }
+    test_field_expert_group_count();
+    fn test_field_routed_scaling_factor() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).routed_scaling_factor) as usize - ptr as usize
+            },
+            304usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(routed_scaling_factor)
+            )
+        );
+    }
+    test_field_routed_scaling_factor();
+    fn test_field_topk_norm_epsilon() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).topk_norm_epsilon) as usize - ptr as usize
+            },
+            312usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(topk_norm_epsilon)
+            )
+        );
+    }
+    test_field_topk_norm_epsilon();
 }
 extern "C" {
     pub fn colibri_model_get_info(
