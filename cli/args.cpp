@@ -47,6 +47,9 @@ constexpr Alias kAliases[] = {
     {"-b", "--batch-size", nullptr},
     {"-ub", "--batch-size", nullptr},
     {"--ubatch-size", "--batch-size", nullptr},
+    {"-dev", "--device", nullptr},
+    {"-mg", "--gpu-id", nullptr},  // llama.cpp's main GPU: the one the model runs on
+    {"--main-gpu", "--gpu-id", nullptr},
 };
 
 // Flags that mean what Colibri does anyway: accepted and dropped.
@@ -59,9 +62,8 @@ struct Explained {
 };
 
 constexpr const char *kNoGpu =
-    "the colibri commands run on the CPU: the CUDA backend is reached through the C API's session options "
-    "(device_kind, device_index: docs/api.md) and has no command-line flag yet, so there is nothing to offload or "
-    "select here; --threads and --numa place the work";
+    "Colibri runs the whole model on one device, never some layers on each: --device cuda (or cuda:N, or --gpu-id N) "
+    "puts every layer on the GPU, the default --device cpu none";
 constexpr const char *kNoServer =
     "this command does not serve HTTP: `colibri serve --host H --port N --parallel N` does (docs/server.md); or embed "
     "the serving engine in your service through the C API, Go or Rust bindings (docs/api.md)";
@@ -71,15 +73,10 @@ constexpr Explained kExplained[] = {
     {"-ngl", kNoGpu},
     {"--n-gpu-layers", kNoGpu},
     {"--gpu-layers", kNoGpu},
-    {"--gpu-id", kNoGpu},
-    {"-mg", kNoGpu},
-    {"--main-gpu", kNoGpu},
     {"-ts", kNoGpu},
     {"--tensor-split", kNoGpu},
     {"-sm", kNoGpu},
     {"--split-mode", kNoGpu},
-    {"-dev", kNoGpu},
-    {"--device", kNoGpu},
     {"-fa", "attention always runs fused on the CPU (scores, softmax and values in one pass per token and KV head): there "
             "is no separate flash-attention mode to switch on"},
     {"--flash-attn", "attention always runs fused on the CPU (scores, softmax and values in one pass per token and KV "

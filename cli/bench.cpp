@@ -80,8 +80,8 @@ std::string format_bytes(double v) {
 
 class Bench {
  public:
-  Bench(colibri_model *model, const colibri_model_info &info, uint32_t kv_dtype, uint32_t max_isa)
-      : model_(model), info_(info), kv_dtype_(kv_dtype), max_isa_(max_isa) {}
+  Bench(colibri_model *model, const colibri_model_info &info, uint32_t kv_dtype, const ModelFlags &model_flags)
+      : model_(model), info_(info), kv_dtype_(kv_dtype), model_flags_(model_flags) {}
 
   SessionPtr make_session(uint32_t threads, size_t context, size_t batch) {
     colibri_session_options o;
@@ -90,7 +90,7 @@ class Bench {
     o.context_length = static_cast<uint32_t>(context);
     o.max_batch_tokens = static_cast<uint32_t>(batch);
     o.kv_dtype = kv_dtype_;
-    o.max_isa = max_isa_;
+    apply_session_flags(model_flags_, &o);  // --isa, --device
     colibri_session *raw = nullptr;
     check_api(colibri_session_create(model_, &o, &raw), "session (" + std::to_string(threads) + " threads)");
     return SessionPtr(raw);
@@ -140,7 +140,7 @@ class Bench {
   colibri_model *model_;
   const colibri_model_info &info_;
   uint32_t kv_dtype_;
-  uint32_t max_isa_;
+  ModelFlags model_flags_;
   std::vector<int32_t> prompt_;
 };
 
@@ -194,7 +194,7 @@ int bench_command(int argc, char **argv) {
   // A NUMA policy copies the weights into placed memory (colibri.h, COLIBRI_NUMA_*).
   const bool weights_loaded = model_flags.load_into_memory || std::strstr(info.numa_report, "copied into memory") != nullptr;
   const uint32_t kv_dtype = flags.count("kv-f16") ? COLIBRI_DTYPE_F16 : COLIBRI_DTYPE_F32;
-  Bench bench(model.get(), info, kv_dtype, model_flags.max_isa);
+  Bench bench(model.get(), info, kv_dtype, model_flags);
   size_t longest = 1, longest_prompt = 1;
   for (int64_t p : prompt_lengths) longest_prompt = std::max(longest_prompt, static_cast<size_t>(p));
   for (int64_t n : gen_lengths) longest = std::max(longest, static_cast<size_t>(n));

@@ -140,7 +140,17 @@ void add_model_flags(cxxopts::Options &options, FlagSet set) {
                               "softmax, ties to the lower expert index; the same bits for any thread count or batch)")
       ("isa", "widest CPU kernels: auto (the best the CPU has), avx512, avx2 or scalar. One level gives the same bits "
               "on every CPU that has it; levels differ in the last bits of the logits",
-       cxxopts::value<std::string>()->default_value("auto"), "ISA");
+       cxxopts::value<std::string>()->default_value("auto"), "ISA")
+      ("device", "where the forward pass runs: cpu, or cuda / cuda:N for the whole model on NVIDIA GPU N (the CUDA "
+                 "backend: a build with it, a driver and the device; docs/api.md \"Devices\" lists what it runs)",
+       cxxopts::value<std::string>()->default_value("cpu"), "DEVICE")
+      ("gpu-id", "the same as --device cuda:N", cxxopts::value<std::string>(), "N");
+}
+
+void apply_session_flags(const ModelFlags &flags, colibri_session_options *options) {
+  options->max_isa = flags.max_isa;
+  options->device_kind = flags.device_kind;
+  options->device_index = flags.device_index;
 }
 
 ModelFlags read_model_flags(const cxxopts::ParseResult &result, FlagSet set) {
@@ -177,6 +187,27 @@ ModelFlags read_model_flags(const cxxopts::ParseResult &result, FlagSet set) {
   else if (isa == "avx2") flags.max_isa = COLIBRI_ISA_AVX2;
   else if (isa == "scalar") flags.max_isa = COLIBRI_ISA_SCALAR;
   else fail_usage("--isa must be auto, avx512, avx2 or scalar, got '" + isa + "'");
+  const std::string device = result["device"].as<std::string>();
+  if (device == "cpu") {
+    flags.device_kind = COLIBRI_DEVICE_CPU;
+  } else if (device == "cuda" || device == "gpu") {
+    flags.device_kind = COLIBRI_DEVICE_CUDA;
+  } else if (device.rfind("cuda:", 0) == 0) {
+    flags.device_kind = COLIBRI_DEVICE_CUDA;
+    flags.device_index = static_cast<uint32_t>(parse_integer("--device cuda:N", device.substr(5), 0, 1023));
+  } else {
+    fail_usage("--device must be cpu, cuda or cuda:N (e.g. cuda:0), got '" + device + "'");
+  }
+  if (result.count("gpu-id")) {
+    const uint32_t id = static_cast<uint32_t>(parse_integer("--gpu-id", result["gpu-id"].as<std::string>(), 0, 1023));
+    if (result.count("device") && (flags.device_kind != COLIBRI_DEVICE_CUDA || flags.device_index != id))
+      fail_usage("--gpu-id " + std::to_string(id) + " and --device " + device +
+                 " name different devices: give one of them (--gpu-id N is --device cuda:N)");
+    flags.device_kind = COLIBRI_DEVICE_CUDA;
+    flags.device_index = id;
+  }
+  if (flags.device_kind == COLIBRI_DEVICE_CUDA && flags.numa_policy != COLIBRI_NUMA_OFF)
+    fail_usage("--numa places CPU threads and weights; it does not apply with --device cuda (drop one of them)");
   return flags;
 }
 

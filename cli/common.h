@@ -78,13 +78,17 @@ struct ModelFlags {
   bool verify = false;
   uint32_t max_isa = COLIBRI_ISA_AUTO;  // --isa: the sessions' kernel cap (a session option)
   bool warm_up = false;                 // --warmup: read every weight page once at open
+  uint32_t device_kind = COLIBRI_DEVICE_CPU;  // --device cpu | cuda[:N], --gpu-id N
+  uint32_t device_index = 0;
 };
 
 enum class FlagSet { ImageOnly, Full, FullWithoutThreads };
 // Adds -m and (Full) -t/--threads, --numa, --mlock, --populate, --load-into-memory, --verify, --isa,
-// --warmup, --route-deterministic to `options`.
+// --warmup, --route-deterministic, --device, --gpu-id to `options`.
 void add_model_flags(cxxopts::Options &options, FlagSet set);
 ModelFlags read_model_flags(const cxxopts::ParseResult &result, FlagSet set);
+// Sets the session options --isa and --device decide.
+void apply_session_flags(const ModelFlags &flags, colibri_session_options *options);
 // Parses a --threads value (1..1024, the library's range).
 uint32_t parse_threads(const std::string &flag, const std::string &text);
 

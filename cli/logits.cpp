@@ -67,7 +67,7 @@ int logits_command(int argc, char **argv) {
   session_options.max_batch_tokens = static_cast<uint32_t>(chunk);
   session_options.max_logit_rows = static_cast<uint32_t>(all_positions ? chunk : 1);
   session_options.kv_dtype = flags.count("kv-f16") ? COLIBRI_DTYPE_F16 : COLIBRI_DTYPE_F32;
-  session_options.max_isa = model_flags.max_isa;
+  apply_session_flags(model_flags, &session_options);  // --isa, --device
   colibri_session *raw = nullptr;
   check_api(colibri_session_create(model.get(), &session_options, &raw), "session");
   SessionPtr session(raw);

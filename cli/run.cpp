@@ -334,7 +334,7 @@ int run_command(int argc, char **argv) {
   session_options.context_length = context_length;
   session_options.kv_dtype = flags.count("kv-f16") ? COLIBRI_DTYPE_F16 : COLIBRI_DTYPE_F32;
   session_options.seed = seed;
-  session_options.max_isa = model_flags.max_isa;
+  apply_session_flags(model_flags, &session_options);  // --isa, --device
   if (flags.count("batch-size"))
     session_options.max_batch_tokens =
         static_cast<uint32_t>(parse_integer("--batch-size", flags["batch-size"].as<std::string>(), 1, 65536));

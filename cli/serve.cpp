@@ -750,7 +750,7 @@ int serve_command(int argc, char **argv) {
   colibri_session_options session_options;
   check_api(colibri_session_options_init(&session_options, sizeof session_options), "session options");
   session_options.threads = model_flags.threads;
-  session_options.max_isa = model_flags.max_isa;
+  apply_session_flags(model_flags, &session_options);  // --isa, --device
   session_options.numa_policy = model_flags.numa_policy;
   session_options.numa_node = model_flags.numa_node;
 

@@ -720,12 +720,16 @@ TEST_CASE("llama.cpp spellings mean the same as Colibri's flags", "[cli][vocabul
 
 TEST_CASE("flags Colibri does not have are named with what it does instead", "[cli][vocabulary]") {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"run -p hi -ngl 99", "no command-line flag yet"},
-      {"run -p hi --n-gpu-layers 99", "no command-line flag yet"},
+      {"run -p hi -ngl 99", "--device cuda (or cuda:N, or --gpu-id N) puts every layer on the GPU"},
+      {"run -p hi --n-gpu-layers 99", "never some layers on each"},
       {"run -p hi -fa", "attention always runs fused"},
       {"run -p hi --port 8080", "does not serve HTTP: `colibri serve"},
-      {"run -p hi --gpu-id 0", "no command-line flag yet"},
-      {"bench -ngl 99", "no command-line flag yet"},
+      {"run -p hi -ts 3,1", "never some layers on each"},
+      {"bench -ngl 99", "--device cuda"},
+      {"run -p hi --device tpu", "--device must be cpu, cuda or cuda:N"},
+      {"run -p hi --device cuda:x", "--device cuda:N"},
+      {"run -p hi --gpu-id 1 --device cuda:0", "name different devices"},
+      {"run -p hi --device cuda --numa bind:0", "does not apply with --device cuda"},
       {"run -p hi -ctk q8_0", "f32 (the default) or f16"},
       {"run -p hi -ctk f16 -ctv f32", "share one dtype"},
       {"run -p hi --numa-bind 0,1", "numactl --membind=0,1"},
@@ -742,6 +746,28 @@ TEST_CASE("flags Colibri does not have are named with what it does instead", "[c
   }
   CHECK_THAT(colibri("run -p hi -ngl 99").err, Contains("-ngl"));
   CHECK(colibri("run -p hi -n64 --seed 1 --raw").exit_code == 0);  // a short flag with its number attached stays valid
+}
+
+TEST_CASE("the device flag: cpu is the default, and cuda without a usable GPU is one line and exit 5", "[cli][device]") {
+  Run cpu = colibri("run -p hi -n 2 --seed 1 --device cpu");
+  Run plain = colibri("run -p hi -n 2 --seed 1");
+  REQUIRE(cpu.exit_code == 0);
+  CHECK(cpu.out == plain.out);
+  // -dev and --main-gpu are llama.cpp's spellings of --device and --gpu-id.
+  const std::string npy = temp_dir() + "/logits.npy";
+  for (const std::string &args : {std::string("run -p hi -n 2 --device cuda"), std::string("run -p hi -n 2 --gpu-id 0"),
+                                  std::string("bench -p 8 -n 0 -r 3 -dev cuda:0"),
+                                  "logits --tokens 1,2 -o " + npy + " --main-gpu 0"}) {
+    INFO(args);
+    Run r = colibri(args);
+    if (r.exit_code == 0) {
+      WARN("a CUDA device is present: " << args << " ran on it");
+      continue;
+    }
+    CHECK(r.exit_code == 5);
+    CHECK_THAT(r.err, Contains("no CUDA device") || Contains("CUDA backend"));
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
 }
 
 TEST_CASE("bench -o json is --json", "[cli][vocabulary][json]") {
