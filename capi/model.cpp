@@ -221,6 +221,9 @@ COLIBRI_API int32_t colibri_model_get_info(const colibri_model *model, colibri_m
     i.expert_group_count = c.expert_group_count;
     i.routed_scaling_factor = c.routed_scaling_factor;
     i.topk_norm_epsilon = c.topk_norm_epsilon;
+    i.rope_scaling = c.rope_scaling.c_str();
+    i.rope_factor = c.rope_factor;
+    i.rope_attention_factor = c.rope_attention_factor;
     return capi::write_output(info, i, kModelInfoAbi1, "colibri_model_info");
   });
 }

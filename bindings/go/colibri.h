@@ -452,6 +452,9 @@ typedef struct colibri_model_info {
   uint64_t expert_group_count;      /* equal groups of experts; 1 = no group limit */
   double routed_scaling_factor;     /* the k weights are multiplied by this (1 = none) */
   double topk_norm_epsilon;         /* added to the sum when the k weights are renormalised */
+  const char *rope_scaling;         /* "none" or "yarn" (docs/architecture.md §3) */
+  double rope_factor;               /* yarn's context factor (1 with "none") */
+  double rope_attention_factor;     /* yarn's cos/sin multiplier (1 with "none") */
 } colibri_model_info;
 
 /* Fills *info (set info->struct_size first). Thread-safe. Errors: INVALID_ARGUMENT. */

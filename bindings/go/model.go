@@ -271,6 +271,9 @@ type ModelInfo struct {
 	ExpertGroupTop      int
 	RoutedScalingFactor float64
 	TopKNormEpsilon     float64
+	RopeScaling         string // "none" or "yarn"
+	RopeFactor          float64
+	RopeAttentionFactor float64
 
 	WeightDType     DType
 	WeightGroupSize int
@@ -306,7 +309,9 @@ func modelInfoFrom(i *C.colibri_model_info) ModelInfo {
 		RotaryDim:    int(i.rotary_dim), RouterSelectBias: i.router_select_bias != 0,
 		ExpertGroupCount: int(i.expert_group_count), ExpertGroupTop: int(i.expert_group_top),
 		RoutedScalingFactor: float64(i.routed_scaling_factor), TopKNormEpsilon: float64(i.topk_norm_epsilon),
-		WeightDType: DType(i.weight_dtype), WeightGroupSize: int(i.weight_group_size),
+		RopeScaling: C.GoString(i.rope_scaling), RopeFactor: float64(i.rope_factor),
+		RopeAttentionFactor: float64(i.rope_attention_factor),
+		WeightDType:         DType(i.weight_dtype), WeightGroupSize: int(i.weight_group_size),
 		TensorCount: int(i.tensor_count),
 		BOSTokenID:  int32(i.bos_token_id), EOSTokenID: int32(i.eos_token_id), PadTokenID: int32(i.pad_token_id),
 		EOSTokenCount: int(i.eos_token_count), AddBOSToken: i.add_bos_token != 0,

@@ -24,6 +24,15 @@ nlohmann::json ModelConfig::to_json() const {
   j["rms_norm_eps"] = rms_norm_eps;
   j["rope_theta"] = rope_theta;
   j["rotary_dim"] = rotary_dim;
+  j["rope_scaling"] = rope_scaling;
+  if (rope_scaling != "none") {
+    j["rope_factor"] = rope_factor;
+    j["rope_original_max_positions"] = rope_original_max_positions;
+    j["rope_beta_fast"] = rope_beta_fast;
+    j["rope_beta_slow"] = rope_beta_slow;
+    j["rope_truncate"] = rope_truncate;
+    j["rope_attention_factor"] = rope_attention_factor;
+  }
   j["tie_word_embeddings"] = tie_word_embeddings;
   j["attention_bias"] = attention_bias;
   j["qk_norm"] = qk_norm;
@@ -156,6 +165,15 @@ Error ModelConfig::from_json(const nlohmann::json &j, ModelConfig *out) {
   COLIBRI_READ_OPTIONAL(topk_norm_epsilon);
   COLIBRI_READ_OPTIONAL(routed_scaling_factor);
   COLIBRI_READ_OPTIONAL(mtp_layer_count);
+  COLIBRI_READ_OPTIONAL(rope_scaling);
+  if (c.rope_scaling == "yarn") {
+    COLIBRI_READ(rope_factor);
+    COLIBRI_READ(rope_original_max_positions);
+    COLIBRI_READ(rope_beta_fast);
+    COLIBRI_READ(rope_beta_slow);
+    COLIBRI_READ(rope_truncate);
+    COLIBRI_READ(rope_attention_factor);
+  }
 #undef COLIBRI_READ_OPTIONAL
 #undef COLIBRI_READ
   if (c.rotary_dim == 0) c.rotary_dim = c.head_dim;
@@ -208,6 +226,16 @@ Error ModelConfig::from_json(const nlohmann::json &j, ModelConfig *out) {
     return bad("topk_norm_epsilon must be in [0, 1) and routed_scaling_factor in (0, 1e6]");
   if (c.qk_norm != "none" && c.qk_norm != "per_head" && c.qk_norm != "full")
     return bad(strprintf("qk_norm '%s' is not one of none, per_head, full", c.qk_norm.c_str()));
+  if (c.rope_scaling != "none" && c.rope_scaling != "yarn")
+    return make_error(ErrorKind::Unsupported, strprintf("RoPE scaling '%s' is not supported (supported: none, yarn)",
+                                                        c.rope_scaling.c_str()));
+  if (c.rope_scaling == "yarn" &&
+      (!(c.rope_factor >= 1.0 && c.rope_factor <= 1e6) || c.rope_original_max_positions == 0 ||
+       c.rope_original_max_positions > (uint64_t(1) << 32) || !(c.rope_beta_fast > 0.0 && c.rope_beta_fast < 1e6) ||
+       !(c.rope_beta_slow > 0.0 && c.rope_beta_slow < 1e6) ||
+       !(c.rope_attention_factor > 0.0 && c.rope_attention_factor < 1e3)))
+    return bad("yarn RoPE needs rope_factor in [1, 1e6], rope_original_max_positions in 1..2^32, positive beta_fast, "
+               "beta_slow and rope_attention_factor");
   if (!(c.rms_norm_eps > 0.0) || !(c.rope_theta > 0.0) || c.clip_qkv < 0.0)
     return bad("rms_norm_eps and rope_theta must be positive, clip_qkv non-negative");
   *out = std::move(c);

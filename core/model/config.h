@@ -34,6 +34,17 @@ struct ModelConfig {
   uint64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
+  // RoPE scaling: "none" or "yarn" (transformers _compute_yarn_parameters: inverse frequencies
+  // blended between θ^(−2i/r) and θ^(−2i/r)/factor by a linear ramp over the dims between the
+  // correction range of beta_fast/beta_slow rotations at original_max_position_embeddings;
+  // cos and sin multiplied by rope_attention_factor).
+  std::string rope_scaling = "none";
+  double rope_factor = 1.0;
+  uint64_t rope_original_max_positions = 0;
+  double rope_beta_fast = 32.0;
+  double rope_beta_slow = 1.0;
+  bool rope_truncate = true;
+  double rope_attention_factor = 1.0;  // resolved by the converter (mscale / mscale_all_dim rules)
   uint64_t rotary_dim = 0;           // leading dims of each head that RoPE rotates (even, <= head_dim);
                                      // from_json sets it: absent (images before it existed) = head_dim
   bool tie_word_embeddings = false;

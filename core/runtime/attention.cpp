@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numbers>
 
 #include "runtime/buffers.h"
 #include "runtime/session.h"
@@ -35,6 +36,48 @@ void apply_rope(float *vec, size_t half, const float *cos_v, const float *sin_v)
   }
 }
 
+// YaRN's correction dimension: the dim whose wavelength makes num_rotations turns over
+// max_positions (transformers find_correction_dim), in double as Python computes it.
+double yarn_correction_dim(double num_rotations, double dim, double base, double max_positions) {
+  return (dim * std::log(max_positions / (num_rotations * 2.0 * std::numbers::pi))) / (2.0 * std::log(base));
+}
+
+}  // namespace
+
+void rope_inverse_frequencies(const model::ModelConfig &c, float *out) {
+  const size_t half = c.rotary_dim / 2;
+  const float base = static_cast<float>(c.rope_theta), dim = static_cast<float>(c.rotary_dim);
+  // pos_freqs = θ^(2i/r) in fp32; the default RoPE inverts it.
+  for (size_t i = 0; i < half; ++i) out[i] = 1.0f / std::pow(base, static_cast<float>(2 * i) / dim);
+  if (c.rope_scaling != "yarn") return;
+  // transformers _compute_yarn_parameters: a ramp from extrapolation (the plain frequencies)
+  // to interpolation (divided by factor) over the dims [low, high] of the correction range.
+  const double d = static_cast<double>(c.rotary_dim), theta = c.rope_theta;
+  const double original = static_cast<double>(c.rope_original_max_positions);
+  double low = yarn_correction_dim(c.rope_beta_fast, d, theta, original);
+  double high = yarn_correction_dim(c.rope_beta_slow, d, theta, original);
+  if (c.rope_truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, d - 1.0);
+  if (low == high) high += 0.001;  // transformers: prevents a division by zero
+  const float factor = static_cast<float>(c.rope_factor), low_f = static_cast<float>(low);
+  const float span = static_cast<float>(high - low);
+  for (size_t i = 0; i < half; ++i) {
+    const float pos_freq = std::pow(base, static_cast<float>(2 * i) / dim);
+    const float extrapolation = 1.0f / pos_freq, interpolation = 1.0f / (factor * pos_freq);
+    const float ramp = std::clamp((static_cast<float>(i) - low_f) / span, 0.0f, 1.0f);
+    const float extrapolation_factor = 1.0f - ramp;
+    const float a = interpolation * (1.0f - extrapolation_factor);
+    const float b = extrapolation * extrapolation_factor;
+    out[i] = a + b;
+  }
+}
+
+namespace {
+
 void add_bias(float *row, const model::WeightVector &bias, size_t n) {
   if (!bias.present()) return;
   for (size_t i = 0; i < n; ++i) row[i] += bias.data[i];
@@ -50,8 +93,17 @@ void Session::prepare_rope(const BatchEntry *entries, size_t count) {
   StageTimer timer(stats_, Stage::Attention);
   Buffers &b = *buffers_;
   const size_t D = model_.config().head_dim, R = model_.config().rotary_dim;
+  // YaRN scales cos and sin by its attention factor (transformers: emb.cos() * attention_scaling).
+  const float scaling = static_cast<float>(model_.config().rope_attention_factor);
+  const bool scaled = model_.config().rope_scaling != "none";
   pool_->parallel_for(count, [&](size_t t, size_t) {
-    rope_angles(b.rope_inv_freq.data(), R / 2, entries[t].position, &b.rope_trig[t * D], &b.rope_trig[t * D + R / 2]);
+    float *cos_v = &b.rope_trig[t * D], *sin_v = cos_v + R / 2;
+    rope_angles(b.rope_inv_freq.data(), R / 2, entries[t].position, cos_v, sin_v);
+    if (scaled)
+      for (size_t i = 0; i < R / 2; ++i) {
+        cos_v[i] *= scaling;
+        sin_v[i] *= scaling;
+      }
   });
 }
 

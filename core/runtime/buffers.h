@@ -15,6 +15,10 @@ namespace colibri::runtime {
 
 inline constexpr uint32_t kNoPosition = 0xFFFFFFFFu;
 
+// The rotary_dim / 2 RoPE inverse frequencies of the model, in fp32 as transformers computes
+// them: θ^(−2i/r), or YaRN's blend of those and θ^(−2i/r) / factor (attention.cpp).
+void rope_inverse_frequencies(const model::ModelConfig &c, float *out);
+
 struct ExpertTask {
   uint32_t expert;
   uint32_t row_begin, row_end;
@@ -74,10 +78,8 @@ struct Session::Buffers {
     attn.assign(N * m.q_dim(), 0.0f);
     ffn_out.assign(N * H, 0.0f);
     scores.assign(threads * (c.head_count / c.kv_head_count) * o.context_length, 0.0f);
-    // RoPE inverse frequencies, in fp32 as transformers computes them (1 / θ^(2i/d)).
     rope_inv_freq.resize(c.rotary_dim / 2);
-    for (size_t i = 0; i < rope_inv_freq.size(); ++i)
-      rope_inv_freq[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), static_cast<float>(2 * i) / static_cast<float>(c.rotary_dim));
+    rope_inverse_frequencies(c, rope_inv_freq.data());
     rope_trig.assign(N * c.head_dim, 0.0f);
     if (o.kv_dtype == KvDtype::F16) kv_rows.assign(threads * kF16KvChunkRows * c.head_dim, 0.0f);
     router_logits.assign(N * E, 0.0f);

@@ -111,11 +111,14 @@ std::unique_ptr<DeviceSession> DeviceSession::create(const model::Model &model, 
   const model::ModelConfig &c = model.config();
   // Model features the device interface does not describe yet: refused here, by name, before
   // the module sees a model it would run differently.
-  if (c.rotary_dim != c.head_dim || c.router_score != "softmax") {
+  const char *missing = c.rotary_dim != c.head_dim      ? "partial rotary embeddings"
+                        : c.router_score != "softmax"     ? "sigmoid routing"
+                        : c.rope_scaling != "none"        ? "yarn-scaled rotary embeddings"
+                                                          : nullptr;
+  if (missing) {
     *error = make_error(ErrorKind::Unsupported,
                         strprintf("the CUDA backend does not implement %s yet (family %s); run this model on the CPU",
-                                  c.rotary_dim != c.head_dim ? "partial rotary embeddings" : "sigmoid routing",
-                                  c.family.c_str()));
+                                  missing, c.family.c_str()));
     return nullptr;
   }
   std::vector<colibri_device_layer> layers(c.layer_count);

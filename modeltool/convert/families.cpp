@@ -2,6 +2,7 @@
 #include "modeltool/convert/families.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <set>
 
@@ -168,11 +169,60 @@ Error identify_family(const nlohmann::json &config, const FamilyInfo **family, s
                                                       what.c_str(), supported_architectures().c_str()));
 }
 
-// RoPE: plain rotary embeddings only, over all of head_dim or (partial rotary) over its first
+// RoPE: plain or yarn-scaled rotary embeddings, over all of head_dim or (partial rotary) over its first
 // int(head_dim × partial_rotary_factor) values. transformers 4 writes rope_theta / rope_scaling /
 // partial_rotary_factor at the top level; transformers 5 writes rope_parameters {rope_type,
 // rope_theta, partial_rotary_factor, ...}; MiniMax-M2 checkpoints give rotary_dim.
-Error read_rope(ConfigReader &reader, const FamilyInfo &family, uint64_t head_dim, double *theta, uint64_t *rotary_dim) {
+// YaRN (rope_type "yarn", transformers _compute_yarn_parameters): the parameters the engine needs,
+// with the attention factor resolved here as transformers resolves it.
+Error read_yarn(const nlohmann::json &p, uint64_t max_positions, model::ModelConfig *c) {
+  auto number = [&](const char *key, double fallback, double *out) -> Error {
+    auto it = p.find(key);
+    if (it == p.end() || it->is_null()) {
+      *out = fallback;
+      return {};
+    }
+    if (!it->is_number()) return make_error(ErrorKind::Corrupt, strprintf("config.json: yarn RoPE '%s' is not a number", key));
+    *out = it->get<double>();
+    return {};
+  };
+  double original = 0, factor = 0, attention = 0, mscale = 0, mscale_all_dim = 0, beta_fast = 0, beta_slow = 0;
+  if (Error e = number("original_max_position_embeddings", 0, &original)) return e;
+  if (!(original >= 1 && original <= 4294967296.0 && original == std::floor(original)))
+    return make_error(ErrorKind::Corrupt, "config.json: yarn RoPE needs original_max_position_embeddings, a positive integer");
+  // DeepSeek-V3 leaves factor out: then it is max_position_embeddings / original.
+  if (Error e = number("factor", static_cast<double>(max_positions) / original, &factor)) return e;
+  if (Error e = number("attention_factor", 0, &attention)) return e;
+  if (Error e = number("mscale", 0, &mscale)) return e;
+  if (Error e = number("mscale_all_dim", 0, &mscale_all_dim)) return e;
+  if (Error e = number("beta_fast", 32, &beta_fast)) return e;  // transformers: `or 32` (0 and null mean 32)
+  if (Error e = number("beta_slow", 1, &beta_slow)) return e;
+  if (beta_fast == 0) beta_fast = 32;
+  if (beta_slow == 0) beta_slow = 1;
+  bool truncate = true;
+  if (auto it = p.find("truncate"); it != p.end() && !it->is_null()) {
+    if (!it->is_boolean()) return make_error(ErrorKind::Corrupt, "config.json: yarn RoPE 'truncate' is not true or false");
+    truncate = it->get<bool>();
+  }
+  if (!(factor >= 1.0 && factor <= 1e6))
+    return unsupported(strprintf("yarn RoPE with factor %g (supported: 1 to 1e6)", factor));
+  auto get_mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+  if (attention == 0)
+    attention = mscale != 0 && mscale_all_dim != 0 ? get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+                                                   : get_mscale(factor, 1.0);
+  c->rope_scaling = "yarn";
+  c->rope_factor = factor;
+  c->rope_original_max_positions = static_cast<uint64_t>(original);
+  c->rope_beta_fast = beta_fast;
+  c->rope_beta_slow = beta_slow;
+  c->rope_truncate = truncate;
+  c->rope_attention_factor = attention;
+  return {};
+}
+
+Error read_rope(ConfigReader &reader, const FamilyInfo &family, uint64_t head_dim, model::ModelConfig *c) {
+  double *theta = &c->rope_theta;
+  uint64_t *rotary_dim = &c->rotary_dim;
   auto rope_type = [](const nlohmann::json &o) {
     for (const char *key : {"rope_type", "type"}) {
       auto it = o.find(key);
@@ -181,15 +231,19 @@ Error read_rope(ConfigReader &reader, const FamilyInfo &family, uint64_t head_di
     return std::string("default");
   };
   if (const nlohmann::json *scaling = reader.value("rope_scaling")) {
-    if (!scaling->is_object() || rope_type(*scaling) != "default")
-      return unsupported("rope_scaling " + scaling->dump() + " (scaled RoPE)");
+    if (!scaling->is_object() || (rope_type(*scaling) != "default" && rope_type(*scaling) != "yarn"))
+      return unsupported("rope_scaling " + scaling->dump() + " (scaled RoPE other than yarn)");
+    if (rope_type(*scaling) == "yarn")
+      if (Error e = read_yarn(*scaling, c->max_position_embeddings, c)) return e;
   }
   *theta = family.default_rope_theta;
   double factor = 1.0;
   bool has_factor = false;
   if (const nlohmann::json *parameters = reader.value("rope_parameters")) {
-    if (!parameters->is_object() || rope_type(*parameters) != "default")
-      return unsupported("rope_parameters " + parameters->dump() + " (scaled or per-layer RoPE)");
+    if (!parameters->is_object() || (rope_type(*parameters) != "default" && rope_type(*parameters) != "yarn"))
+      return unsupported("rope_parameters " + parameters->dump() + " (scaled RoPE other than yarn, or per-layer RoPE)");
+    if (rope_type(*parameters) == "yarn")
+      if (Error e = read_yarn(*parameters, c->max_position_embeddings, c)) return e;
     auto f = parameters->find("partial_rotary_factor");
     if (f != parameters->end() && !f->is_null()) {
       if (!f->is_number())
@@ -319,7 +373,7 @@ Error read_hf_config(const nlohmann::json &config, const FamilyInfo **family_out
                                                       static_cast<unsigned long long>(c.head_count)));
     c.head_dim = c.hidden_size / c.head_count;
   }
-  if (Error e = read_rope(reader, *family, c.head_dim, &c.rope_theta, &c.rotary_dim)) return e;
+  if (Error e = read_rope(reader, *family, c.head_dim, &c)) return e;
   if (Error e = check_sliding_window(reader, c.max_position_embeddings)) return e;
 
   // Attention extras.

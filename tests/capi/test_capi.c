@@ -240,6 +240,7 @@ static void test_model_info_and_tensors(void) {
   CHECK(info.rotary_dim == 16 && info.router_select_bias == 0);
   CHECK(info.expert_group_count == 1 && info.expert_group_top == 1);
   CHECK(info.routed_scaling_factor == 1.0 && info.topk_norm_epsilon == 0.0);
+  CHECK(strcmp(info.rope_scaling, "none") == 0 && info.rope_factor == 1.0 && info.rope_attention_factor == 1.0);
   CHECK(strcmp(info.qk_norm, "none") == 0);
   CHECK(fabs(info.rope_theta - 10000.0) < 1e-9 && fabs(info.rms_norm_eps - 1e-5) < 1e-12);
   CHECK(info.weight_dtype == COLIBRI_DTYPE_F32);

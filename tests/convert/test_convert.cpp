@@ -567,7 +567,7 @@ TEST_CASE("refused: an unsupported source dtype, naming tensor and dtype", "[con
 
 TEST_CASE("refused: an unsupported config feature", "[convert][errors]") {
   SyntheticCheckpointSpec s;
-  s.config_overrides = {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}}};
+  s.config_overrides = {{"rope_scaling", {{"rope_type", "longrope"}, {"factor", 4.0}}}};
   Error e = convert_damaged(s, kNoDamage);
   CHECK(e.kind == ErrorKind::Unsupported);
   CHECK_THAT(e.message, Contains("rope_scaling"));

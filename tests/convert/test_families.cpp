@@ -2,6 +2,8 @@
 // dense/MoE layer rule, the transformers 4 and 5 layouts, and every refusal by name.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "convert/synthetic_checkpoint.h"
 #include "modeltool/convert/families.h"
 
@@ -141,7 +143,8 @@ TEST_CASE("unsupported features are refused by name", "[families]") {
   };
   const Case cases[] = {
       {"MixtralForCausalLM", {{"rope_scaling", {{"type", "linear"}, {"factor", 2.0}}}}, "rope_scaling"},
-      {"Qwen2MoeForCausalLM", {{"rope_parameters", {{"rope_type", "yarn"}, {"rope_theta", 1e6}}}}, "rope_parameters"},
+      {"Qwen2MoeForCausalLM", {{"rope_parameters", {{"rope_type", "dynamic"}, {"rope_theta", 1e6}}}}, "rope_parameters"},
+      {"Qwen2MoeForCausalLM", {{"rope_parameters", {{"rope_type", "longrope"}, {"rope_theta", 1e6}}}}, "other than yarn"},
       {"MixtralForCausalLM", {{"sliding_window", 1024}}, "sliding_window 1024, smaller than max_position_embeddings 4096"},
       {"Qwen2MoeForCausalLM", {{"use_sliding_window", true}}, "use_sliding_window true"},
       {"Qwen2MoeForCausalLM", {{"layer_types", {"full_attention", "sliding_attention"}}}, "sliding_attention"},
@@ -158,6 +161,44 @@ TEST_CASE("unsupported features are refused by name", "[families]") {
     CHECK_THAT(e.message, Contains(c.expected));
     CHECK_THAT(e.message, Contains("not supported yet"));
   }
+}
+
+TEST_CASE("yarn RoPE: both layouts, the attention factor as transformers resolves it, bad parameters named",
+          "[families]") {
+  // transformers 5: rope_parameters; factor 4 gives attention factor 0.1 ln 4 + 1.
+  model::ModelConfig v5 = read_ok(config_for("Qwen2MoeForCausalLM", {{"rope_parameters", {{"rope_type", "yarn"},
+      {"rope_theta", 1e6}, {"factor", 4.0}, {"original_max_position_embeddings", 1024}}}}));
+  CHECK(v5.rope_scaling == "yarn");
+  CHECK(v5.rope_factor == 4.0);
+  CHECK(v5.rope_original_max_positions == 1024);
+  CHECK(v5.rope_beta_fast == 32.0);
+  CHECK(v5.rope_beta_slow == 1.0);
+  CHECK(v5.rope_truncate);
+  CHECK(v5.rope_attention_factor == Approx(0.1 * std::log(4.0) + 1.0));
+  CHECK(v5.rope_theta == 1e6);
+  // transformers 4: rope_scaling {type: yarn}; DeepSeek's form: no factor (max / original) and
+  // mscale = mscale_all_dim, which makes the factor 1.
+  model::ModelConfig v4 = read_ok(config_for("MixtralForCausalLM", {{"rope_scaling", {{"type", "yarn"},
+      {"original_max_position_embeddings", 1024}, {"mscale", 1.0}, {"mscale_all_dim", 1.0}, {"beta_fast", 16},
+      {"truncate", false}}}}));
+  CHECK(v4.rope_factor == 4.0);  // max_position_embeddings 4096 / 1024
+  CHECK(v4.rope_attention_factor == 1.0);
+  CHECK(v4.rope_beta_fast == 16.0);
+  CHECK_FALSE(v4.rope_truncate);
+  CHECK(read_ok(config_for("MixtralForCausalLM", {{"rope_scaling", {{"type", "yarn"}, {"factor", 2.0},
+      {"original_max_position_embeddings", 2048}, {"attention_factor", 1.5}}}})).rope_attention_factor == 1.5);
+  // No original context, a factor below 1, a non-number: named.
+  Error none = read_error(config_for("MixtralForCausalLM", {{"rope_scaling", {{"type", "yarn"}, {"factor", 2.0}}}}));
+  CHECK(none.kind == ErrorKind::Corrupt);
+  CHECK_THAT(none.message, Contains("original_max_position_embeddings"));
+  Error small = read_error(config_for("MixtralForCausalLM", {{"rope_scaling", {{"type", "yarn"}, {"factor", 0.5},
+      {"original_max_position_embeddings", 2048}}}}));
+  CHECK(small.kind == ErrorKind::Unsupported);
+  CHECK_THAT(small.message, Contains("factor 0.5"));
+  Error text = read_error(config_for("MixtralForCausalLM", {{"rope_scaling", {{"type", "yarn"}, {"factor", "4"},
+      {"original_max_position_embeddings", 2048}}}}));
+  CHECK(text.kind == ErrorKind::Corrupt);
+  CHECK_THAT(text.message, Contains("'factor' is not a number"));
 }
 
 TEST_CASE("features that are switched off are accepted", "[families]") {

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -108,6 +109,16 @@ std::vector<Expected> expected_cases() {
   minimax.config.router_score = "sigmoid";
   minimax.config.router_select_bias = true;
   cases.push_back(minimax);
+
+  Expected yarn{"qwen3_moe_yarn", "Qwen3MoeForCausalLM", make("qwen3_moe", 2, 2, 32, 8, 2, 24, true, false, 1e6, 1e-6),
+                {{"bos_token_id", nullptr}, {"eos_token_ids", {511, 509}}, {"pad_token_id", 509}, {"bos_token", nullptr},
+                 {"eos_token", "<|im_end|>"}}};
+  yarn.config.qk_norm = "per_head";
+  yarn.config.rope_scaling = "yarn";
+  yarn.config.rope_factor = 4.0;
+  yarn.config.rope_original_max_positions = 1024;
+  yarn.config.rope_attention_factor = 0.1 * std::log(4.0) + 1.0;
+  cases.push_back(yarn);
   return cases;
 }
 
@@ -135,6 +146,13 @@ void check_config(const model::ModelConfig &found, const Expected &expected) {
   CHECK(found.top_k == e.top_k);
   CHECK(found.rotary_dim == (e.rotary_dim ? e.rotary_dim : e.head_dim));
   CHECK(found.router_score == e.router_score);
+  CHECK(found.rope_scaling == e.rope_scaling);
+  CHECK(found.rope_factor == e.rope_factor);
+  CHECK(found.rope_original_max_positions == e.rope_original_max_positions);
+  CHECK(found.rope_beta_fast == e.rope_beta_fast);
+  CHECK(found.rope_beta_slow == e.rope_beta_slow);
+  CHECK(found.rope_truncate == e.rope_truncate);
+  CHECK(found.rope_attention_factor == Approx(e.rope_attention_factor).epsilon(1e-15));
   CHECK(found.router_select_bias == e.router_select_bias);
   CHECK(found.expert_group_count == e.expert_group_count);
   CHECK(found.expert_group_top == e.expert_group_top);

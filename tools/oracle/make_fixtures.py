@@ -464,6 +464,33 @@ CASES = [
         ),
     },
     {
+        "name": "qwen3_moe_yarn",
+        "model_cls": Qwen3MoeForCausalLM,
+        "config_cls": Qwen3MoeConfig,
+        "config": dict(
+            vocab_size=VOCAB, hidden_size=64, head_dim=32, intermediate_size=64, moe_intermediate_size=24,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, num_experts=8,
+            num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+            attention_bias=False, use_sliding_window=False, sliding_window=None, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0,
+                             "original_max_position_embeddings": 1024},
+            rms_norm_eps=1e-6, max_position_embeddings=4096, bos_token_id=None,
+            eos_token_id=[511, 509], pad_token_id=509,
+        ),
+        "tokenizer": "bytelevel",
+        "chat_template": CHAT_QWEN3,
+        "tok_special": dict(bos=None, eos="<|im_end|>", pad="<|endoftext|>"),
+        "gen": dict(bos_token_id=None, eos_token_id=[511, 509], pad_token_id=509),
+        "prompt": BYTE_PROMPT,
+        "base_seed": 8000,
+        "description": (
+            "Qwen3-MoE with YaRN RoPE (rope_type yarn, factor 4, original_max_position_embeddings 1024, "
+            "beta_fast 32 / beta_slow 1 by default, truncate): inverse frequencies blended over the "
+            "correction range (dims 1..6 of 16 at head_dim 32, rope_theta 1e6), cos/sin scaled by the "
+            "attention factor 0.1 ln 4 + 1; otherwise as qwen3_moe_qknorm."
+        ),
+    },
+    {
         "name": "glm4_moe_groups",
         "model_cls": Glm4MoeForCausalLM,
         "config_cls": Glm4MoeConfig,

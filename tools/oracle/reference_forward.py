@@ -58,7 +58,8 @@ def load_hparams(cfg: dict) -> dict:
     rp = cfg.get("rope_parameters") or {}
     factor = rp.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
     hp["rotary_dim"] = int(hp["head_dim"] * factor)
-    assert rp.get("rope_type", "default") == "default" and not cfg.get("rope_scaling"), "only default RoPE"
+    hp["yarn"] = rp if rp.get("rope_type") == "yarn" else None
+    assert rp.get("rope_type", "default") in ("default", "yarn") and not cfg.get("rope_scaling"), "default or yarn RoPE"
     if mt in ("qwen2_moe", "qwen3_moe"):
         assert not cfg.get("use_sliding_window"), "sliding window not modelled"
     else:
@@ -74,16 +75,39 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-def rope(x, pos, theta, rotary_dim=None):
+def yarn_inv_freq(d, theta, yarn):
+    """YaRN (arXiv 2309.00071; transformers _compute_yarn_parameters) in float64: the inverse
+    frequencies and the cos/sin attention factor."""
+    import math
+    factor, original = yarn["factor"], yarn["original_max_position_embeddings"]
+    fast, slow = yarn.get("beta_fast") or 32, yarn.get("beta_slow") or 1
+    corr = lambda rot: (d * math.log(original / (rot * 2 * math.pi))) / (2 * math.log(theta))
+    low, high = corr(fast), corr(slow)
+    if yarn.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001
+    pos_freqs = theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+    ramp = np.clip((np.arange(d // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+    extra = 1 - ramp
+    inv = (1.0 / (factor * pos_freqs)) * (1 - extra) + (1.0 / pos_freqs) * extra
+    mscale = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+    return inv, yarn.get("attention_factor") or mscale
+
+
+def rope(x, pos, theta, rotary_dim=None, yarn=None):
     """x [T, n, d]; HF rotate_half convention (first half / second half) over the first
     rotary_dim values of each head (all of them by default); the rest pass through."""
     if rotary_dim is not None and rotary_dim < x.shape[-1]:
-        return np.concatenate([rope(x[..., :rotary_dim], pos, theta), x[..., rotary_dim:]], -1)
+        return np.concatenate([rope(x[..., :rotary_dim], pos, theta, None, yarn), x[..., rotary_dim:]], -1)
     d = x.shape[-1]
-    inv = 1.0 / (theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    inv, scale = 1.0 / (theta ** (np.arange(0, d, 2, dtype=np.float64) / d)), 1.0
+    if yarn is not None:
+        inv, scale = yarn_inv_freq(d, theta, yarn)
     ang = pos[:, None] * inv[None, :]
-    cos = np.concatenate([np.cos(ang)] * 2, -1)[:, None, :]
-    sin = np.concatenate([np.sin(ang)] * 2, -1)[:, None, :]
+    cos = scale * np.concatenate([np.cos(ang)] * 2, -1)[:, None, :]
+    sin = scale * np.concatenate([np.sin(ang)] * 2, -1)[:, None, :]
     rot = np.concatenate([-x[..., d // 2:], x[..., : d // 2]], -1)
     return x * cos + rot * sin
 
@@ -127,7 +151,8 @@ def forward(d: Path, ids: list[int]) -> np.ndarray:
         if hp["qk_norm_per_head"]:  # per-head norm, weight [head_dim] shared by all heads
             q = rms_norm(q, W[p + "self_attn.q_norm.weight"], hp["eps"])
             k = rms_norm(k, W[p + "self_attn.k_norm.weight"], hp["eps"])
-        q, k = rope(q, pos, hp["rope_theta"], hp["rotary_dim"]), rope(k, pos, hp["rope_theta"], hp["rotary_dim"])
+        q = rope(q, pos, hp["rope_theta"], hp["rotary_dim"], hp["yarn"])
+        k = rope(k, pos, hp["rope_theta"], hp["rotary_dim"], hp["yarn"])
         att = np.empty((T, H, hd))
         for hh in range(H):
             kvh = hh // (H // KV)

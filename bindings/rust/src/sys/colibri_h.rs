@@ -420,12 +420,15 @@ pub struct colibri_model_info {
     pub expert_group_count: u64,
     pub routed_scaling_factor: f64,
     pub topk_norm_epsilon: f64,
+    pub rope_scaling: *const ::std::os::raw::c_char,
+    pub rope_factor: f64,
+    pub rope_attention_factor: f64,
 }
 #[test]
 fn bindgen_test_layout_colibri_model_info() {
     assert_eq!(
         ::core::mem::size_of::<colibri_model_info>(),
-        320usize,
+        344usize,
         concat!("Size of: ", stringify!(colibri_model_info))
     );
     assert_eq!(
@@ -1266,6 +1269,57 @@ fn bindgen_test_layout_colibri_model_info() {
         );
     }
     test_field_topk_norm_epsilon();
+    fn test_field_rope_scaling() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).rope_scaling) as usize - ptr as usize
+            },
+            320usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(rope_scaling)
+            )
+        );
+    }
+    test_field_rope_scaling();
+    fn test_field_rope_factor() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).rope_factor) as usize - ptr as usize
+            },
+            328usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(rope_factor)
+            )
+        );
+    }
+    test_field_rope_factor();
+    fn test_field_rope_attention_factor() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).rope_attention_factor) as usize - ptr as usize
+            },
+            336usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(rope_attention_factor)
+            )
+        );
+    }
+    test_field_rope_attention_factor();
 }
 extern "C" {
     pub fn colibri_model_get_info(
