@@ -22,6 +22,13 @@ namespace colibri::runtime {
 
 using util::strprintf;
 
+namespace {
+
+// The logistic function in fp32 (sigmoid routers' scores, the Qwen2-MoE shared-expert gate).
+inline float logistic(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+}  // namespace
+
 void Session::route(const model::LayerWeights &w, const float *input, size_t count) {
   const model::ModelConfig &c = model_.config();
   Buffers &b = *buffers_;
@@ -33,7 +40,7 @@ void Session::route(const model::LayerWeights &w, const float *input, size_t cou
     if (sigmoid)
       pool_->parallel_for(count, [&](size_t t, size_t) {
         float *row = &b.router_logits[t * E];
-        for (size_t e = 0; e < E; ++e) row[e] = 1.0f / (1.0f + std::exp(-row[e]));
+        for (size_t e = 0; e < E; ++e) row[e] = logistic(row[e]);
       });
     else
       pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->softmax(&b.router_logits[t * E], E); });
@@ -233,7 +240,7 @@ Error Session::ffn(uint32_t layer, size_t count, const Route *routes, const floa
     dense_ffn(w.shared_gate, w.shared_up, w.shared_down, input, count, b.gate.data(), b.up.data(), shared);
     if (w.shared_expert_gate.present()) matmul(w.shared_expert_gate, input, count, b.shared_gate_logit.data(), 1);
     pool_->parallel_for(count, [&](size_t t, size_t) {
-      float g = w.shared_expert_gate.present() ? 1.0f / (1.0f + std::exp(-b.shared_gate_logit[t])) : 1.0f;
+      float g = w.shared_expert_gate.present() ? logistic(b.shared_gate_logit[t]) : 1.0f;
       kernels_->scale_add(&output[t * H], g, &shared[t * H], H);
     });
   }
