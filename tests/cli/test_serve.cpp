@@ -526,7 +526,10 @@ TEST_CASE("serve: /metrics is Prometheus text with the engine's and the server's
   ServerProcess s({});
   REQUIRE(post(s, "/v1/completions", kGreedy));
   REQUIRE(post(s, "/v1/completions", {{"prompt", 5}}));  // a 400, counted too
-  // The server counts a response after writing it: the client may read /metrics first.
+  // The server counts a response after writing it: the client may read /metrics first. The two
+  // requests' connections are served by different threads, so the 200 may be counted after the
+  // 400: wait for each.
+  wait_metric(s, "colibri_http_requests_total{route=\"/v1/completions\",code=\"200\"}", 1, 5000ms);
   wait_metric(s, "colibri_http_requests_total{route=\"/v1/completions\",code=\"400\"}", 1, 5000ms);
   const std::string text = metrics(s);
   // Every line is a HELP/TYPE comment or a sample of a declared metric; histograms are cumulative.
