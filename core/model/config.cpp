@@ -52,6 +52,20 @@ nlohmann::json ModelConfig::to_json() const {
   j["dense_ffn_size"] = dense_ffn_size;
   j["layer_is_moe"] = layer_is_moe;
   j["mtp_layer_count"] = mtp_layer_count;
+  // gpt-oss keys: written only when used, so that images of the other families are unchanged.
+  if (attention_output_bias) j["attention_output_bias"] = true;
+  if (attention_sinks) j["attention_sinks"] = true;
+  if (!layer_is_sliding.empty()) {
+    j["sliding_window"] = sliding_window;
+    j["layer_is_sliding"] = layer_is_sliding;
+  }
+  if (router_bias) j["router_bias"] = true;
+  if (expert_bias) j["expert_bias"] = true;
+  if (expert_activation != "silu") {
+    j["expert_activation"] = expert_activation;
+    j["swiglu_limit"] = swiglu_limit;
+    j["swiglu_alpha"] = swiglu_alpha;
+  }
   return j;
 }
 
@@ -166,6 +180,17 @@ Error ModelConfig::from_json(const nlohmann::json &j, ModelConfig *out) {
   COLIBRI_READ_OPTIONAL(routed_scaling_factor);
   COLIBRI_READ_OPTIONAL(mtp_layer_count);
   COLIBRI_READ_OPTIONAL(rope_scaling);
+  COLIBRI_READ_OPTIONAL(attention_output_bias);
+  COLIBRI_READ_OPTIONAL(attention_sinks);
+  COLIBRI_READ_OPTIONAL(layer_is_sliding);
+  if (!c.layer_is_sliding.empty()) COLIBRI_READ(sliding_window);
+  COLIBRI_READ_OPTIONAL(router_bias);
+  COLIBRI_READ_OPTIONAL(expert_bias);
+  COLIBRI_READ_OPTIONAL(expert_activation);
+  if (c.expert_activation == "swiglu_clamped") {
+    COLIBRI_READ(swiglu_limit);
+    COLIBRI_READ(swiglu_alpha);
+  }
   if (c.rope_scaling == "yarn") {
     COLIBRI_READ(rope_factor);
     COLIBRI_READ(rope_original_max_positions);
@@ -178,11 +203,11 @@ Error ModelConfig::from_json(const nlohmann::json &j, ModelConfig *out) {
 #undef COLIBRI_READ
   if (c.rotary_dim == 0) c.rotary_dim = c.head_dim;
   const char *families[] = {kFamilyMixtral, kFamilyQwen2Moe, kFamilyQwen3Moe, kFamilyOlmoe, kFamilyGlm4Moe,
-                            kFamilyMinimaxM2};
+                            kFamilyMinimaxM2, kFamilyGptOss};
   if (std::find(std::begin(families), std::end(families), c.family) == std::end(families))
     return make_error(ErrorKind::Unsupported,
                       strprintf("model family '%s' is not supported by this build (supported: mixtral, qwen2_moe, "
-                                "qwen3_moe, olmoe, glm4_moe, minimax_m2)",
+                                "qwen3_moe, olmoe, glm4_moe, minimax_m2, gpt_oss)",
                                 c.family.c_str()));
   if (Error e = c.check_limits()) return e;
   if (c.vocab_size == 0 || c.hidden_size == 0 || c.layer_count == 0 || c.head_count == 0 || c.kv_head_count == 0 ||
@@ -236,6 +261,21 @@ Error ModelConfig::from_json(const nlohmann::json &j, ModelConfig *out) {
        !(c.rope_attention_factor > 0.0 && c.rope_attention_factor < 1e3)))
     return bad("yarn RoPE needs rope_factor in [1, 1e6], rope_original_max_positions in 1..2^32, positive beta_fast, "
                "beta_slow and rope_attention_factor");
+  if (!c.layer_is_sliding.empty()) {
+    if (c.layer_is_sliding.size() != c.layer_count)
+      return bad(strprintf("layer_is_sliding has %zu entries for %llu layers", c.layer_is_sliding.size(),
+                           static_cast<unsigned long long>(c.layer_count)));
+    if (c.sliding_window == 0 || c.sliding_window > (uint64_t(1) << 32))
+      return bad("sliding_window must be in 1..2^32 when layers slide");
+  }
+  if (c.expert_activation != "silu" && c.expert_activation != "swiglu_clamped")
+    return make_error(ErrorKind::Unsupported, strprintf("expert activation '%s' is not supported (supported: silu, "
+                                                        "swiglu_clamped)",
+                                                        c.expert_activation.c_str()));
+  if (c.expert_activation == "swiglu_clamped" &&
+      (!(c.swiglu_limit > 0.0 && c.swiglu_limit < 1e6) || !(c.swiglu_alpha > 0.0 && c.swiglu_alpha < 1e6)))
+    return bad("swiglu_clamped needs swiglu_limit and swiglu_alpha in (0, 1e6)");
+  if (c.router_bias && c.router_score != "softmax") return bad("router_bias needs router_score softmax");
   if (!(c.rms_norm_eps > 0.0) || !(c.rope_theta > 0.0) || c.clip_qkv < 0.0)
     return bad("rms_norm_eps and rope_theta must be positive, clip_qkv non-negative");
   *out = std::move(c);

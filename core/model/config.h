@@ -21,6 +21,7 @@ inline constexpr const char *kFamilyQwen3Moe = "qwen3_moe";
 inline constexpr const char *kFamilyOlmoe = "olmoe";
 inline constexpr const char *kFamilyGlm4Moe = "glm4_moe";
 inline constexpr const char *kFamilyMinimaxM2 = "minimax_m2";
+inline constexpr const char *kFamilyGptOss = "gpt_oss";
 
 struct ModelConfig {
   std::string family;           // one of kFamily*
@@ -51,6 +52,14 @@ struct ModelConfig {
   bool attention_bias = false;       // q/k/v projections have biases (Qwen2-MoE)
   std::string qk_norm = "none";      // "none" | "per_head" (Qwen3-MoE) | "full" (OLMoE)
   double clip_qkv = 0.0;             // 0 = no clipping (OLMoE option)
+  bool attention_output_bias = false;  // o_proj has a bias, attn_output_bias [hidden] (gpt-oss)
+  // Per-head learned attention sinks (gpt-oss): tensor attn_sinks [heads], one extra logit per
+  // head that joins the softmax over the keys and takes its share of the mass, but adds no value.
+  bool attention_sinks = false;
+  // Sliding-window attention (gpt-oss): a layer with layer_is_sliding[l] = 1 attends to the last
+  // sliding_window positions only (the query's own included). Empty list = no sliding layer.
+  uint64_t sliding_window = 0;
+  std::vector<uint8_t> layer_is_sliding;
 
   // MoE
   uint64_t expert_count = 0;
@@ -70,6 +79,15 @@ struct ModelConfig {
   double routed_scaling_factor = 1.0;
   uint64_t shared_expert_ffn_size = 0;   // 0 = no shared expert
   bool shared_expert_gate = false;       // shared expert output × sigmoid(gate · x)
+  // gpt-oss: the router has a bias (ffn_gate_inp_bias [E], added to the logits); every expert
+  // projection has one (ffn_{gate,up}_exps_bias [E, ffn], ffn_down_exps_bias [E, hidden]).
+  bool router_bias = false;
+  bool expert_bias = false;
+  // The experts' gated activation: "silu" (SiLU(gate) · up) or "swiglu_clamped" (gpt-oss:
+  // gate ≤ limit, up in [−limit, limit], (up + 1) · gate · σ(alpha · gate)).
+  std::string expert_activation = "silu";
+  double swiglu_limit = 0.0;
+  double swiglu_alpha = 0.0;
   uint64_t dense_ffn_size = 0;           // intermediate size of dense (non-MoE) layers
   std::vector<uint8_t> layer_is_moe;     // per layer: 1 = MoE FFN, 0 = dense FFN
   // Multi-token-prediction layers the checkpoint holds after the last layer (GLM-4.5's

@@ -91,9 +91,11 @@ struct Binder {
     return m;
   }
 
-  WeightVector vector(const std::string &name, uint64_t size, bool required = true) {
+  // An f32 vector [size], or with count > 0 the f32 rows [count, size] read as one vector.
+  WeightVector vector(const std::string &name, uint64_t size, bool required = true, uint64_t count = 0) {
     WeightVector v;
-    const image::TensorInfo *t = find(name, {size}, required);
+    const image::TensorInfo *t =
+        find(name, count ? std::vector<uint64_t>{count, size} : std::vector<uint64_t>{size}, required);
     if (!t) return v;
     if (t->dtype != image::DType::F32) {
       error = make_error(ErrorKind::Corrupt, strprintf("'%s': vector tensor '%s' must be f32, found %s",
@@ -101,7 +103,7 @@ struct Binder {
       return v;
     }
     v.data = reinterpret_cast<const float *>(img.data(*t));
-    v.size = size;
+    v.size = count ? count * size : size;
     return v;
   }
 };
@@ -192,6 +194,9 @@ Error Model::bind() {
       w.attn_k_bias = b.vector(name(n::kAttnKBias), KV);
       w.attn_v_bias = b.vector(name(n::kAttnVBias), KV);
     }
+    if (c.attention_output_bias) w.attn_output_bias = b.vector(name(n::kAttnOutputBias), H);
+    if (c.attention_sinks) w.attn_sinks = b.vector(name(n::kAttnSinks), c.head_count);
+    w.sliding = !c.layer_is_sliding.empty() && c.layer_is_sliding[l] != 0;
     if (c.qk_norm == "per_head") {
       w.attn_q_norm = b.vector(name(n::kAttnQNorm), c.head_dim);
       w.attn_k_norm = b.vector(name(n::kAttnKNorm), c.head_dim);
@@ -206,6 +211,12 @@ Error Model::bind() {
       w.experts_gate = b.matrix(name(n::kExpertsGate), E, c.expert_ffn_size, H);
       w.experts_up = b.matrix(name(n::kExpertsUp), E, c.expert_ffn_size, H);
       w.experts_down = b.matrix(name(n::kExpertsDown), E, H, c.expert_ffn_size);
+      if (c.router_bias) w.router_bias = b.vector(name(n::kRouterBias), E);
+      if (c.expert_bias) {
+        w.experts_gate_bias = b.vector(name(n::kExpertsGateBias), c.expert_ffn_size, true, E);
+        w.experts_up_bias = b.vector(name(n::kExpertsUpBias), c.expert_ffn_size, true, E);
+        w.experts_down_bias = b.vector(name(n::kExpertsDownBias), H, true, E);
+      }
       if (c.shared_expert_ffn_size) {
         w.shared_gate = b.matrix(name(n::kSharedGate), 1, c.shared_expert_ffn_size, H);
         w.shared_up = b.matrix(name(n::kSharedUp), 1, c.shared_expert_ffn_size, H);

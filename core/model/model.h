@@ -44,10 +44,16 @@ struct LayerWeights {
   WeightMatrix attn_q, attn_k, attn_v, attn_output;  // [q_dim, hidden], [kv_dim, hidden] ×2, [hidden, q_dim]
   WeightVector attn_q_bias, attn_k_bias, attn_v_bias;
   WeightVector attn_q_norm, attn_k_norm;              // [head_dim] (per head) or [q_dim]/[kv_dim] (full)
+  WeightVector attn_output_bias;                       // [hidden] (gpt-oss)
+  WeightVector attn_sinks;                             // [heads] (gpt-oss)
+  bool sliding = false;                                // attends to the last sliding_window positions only
   bool is_moe = false;
   WeightMatrix router;                                 // [E, hidden] f32
   WeightVector router_select_bias;                     // [E] (sigmoid routers with router_select_bias)
   WeightMatrix experts_gate, experts_up, experts_down; // E × [ffn, hidden], E × [ffn, hidden], E × [hidden, ffn]
+  WeightVector router_bias;                            // [E] (gpt-oss)
+  // gpt-oss expert biases, expert-major: [E, ffn], [E, ffn], [E, hidden] (expert e at e × rows).
+  WeightVector experts_gate_bias, experts_up_bias, experts_down_bias;
   WeightMatrix shared_gate, shared_up, shared_down;    // [sffn, hidden] ×2, [hidden, sffn]
   WeightMatrix shared_expert_gate;                     // [1, hidden] f32
   WeightMatrix dense_gate, dense_up, dense_down;       // dense FFN layers

@@ -73,7 +73,9 @@ TensorClass tensor_class(const std::string &name, uint32_t rank) {
   std::string role;
   const bool per_layer = parse_layer_tensor(name, &layer, &role);
   if (per_layer && (role == kRouter || role == kSharedExpertGate)) return TensorClass::Router;
-  if (rank < 2) return TensorClass::Vectors;
+  // Biases are vectors whatever their rank (the experts' biases are [experts, rows]).
+  const bool bias = per_layer && role.size() > 5 && role.compare(role.size() - 5, 5, "_bias") == 0;
+  if (rank < 2 || bias) return TensorClass::Vectors;
   if (name == kTokenEmbedding) return TensorClass::Embeddings;
   if (!per_layer) return TensorClass::Output;
   if (role.rfind("attn_", 0) == 0) return TensorClass::Attention;

@@ -29,14 +29,20 @@ inline constexpr const char *kAttnOutput = "attn_output";        // [hidden, hea
 inline constexpr const char *kAttnQBias = "attn_q_bias";         // [heads*head_dim] (Qwen2-MoE)
 inline constexpr const char *kAttnKBias = "attn_k_bias";         // [kv_heads*head_dim]
 inline constexpr const char *kAttnVBias = "attn_v_bias";         // [kv_heads*head_dim]
+inline constexpr const char *kAttnOutputBias = "attn_output_bias";  // [hidden] (gpt-oss)
+inline constexpr const char *kAttnSinks = "attn_sinks";          // [heads] f32 (gpt-oss)
 inline constexpr const char *kAttnQNorm = "attn_q_norm";         // [head_dim] per-head, or [heads*head_dim] full
 inline constexpr const char *kAttnKNorm = "attn_k_norm";         // [head_dim] per-head, or [kv_heads*head_dim] full
 inline constexpr const char *kFfnNorm = "ffn_norm";              // [hidden] (post-attention norm)
 inline constexpr const char *kRouter = "ffn_gate_inp";           // [experts, hidden], always f32
 inline constexpr const char *kRouterSelectBias = "ffn_exp_probs_b";  // [experts] f32: sigmoid routers' e_score_correction_bias
+inline constexpr const char *kRouterBias = "ffn_gate_inp_bias";  // [experts] f32 (gpt-oss)
 inline constexpr const char *kExpertsGate = "ffn_gate_exps";     // [experts, ffn, hidden]
 inline constexpr const char *kExpertsUp = "ffn_up_exps";         // [experts, ffn, hidden]
 inline constexpr const char *kExpertsDown = "ffn_down_exps";     // [experts, hidden, ffn]
+inline constexpr const char *kExpertsGateBias = "ffn_gate_exps_bias";  // [experts, ffn] f32 (gpt-oss)
+inline constexpr const char *kExpertsUpBias = "ffn_up_exps_bias";      // [experts, ffn] f32
+inline constexpr const char *kExpertsDownBias = "ffn_down_exps_bias";  // [experts, hidden] f32
 inline constexpr const char *kSharedGate = "ffn_gate_shexp";     // [shared_ffn, hidden]
 inline constexpr const char *kSharedUp = "ffn_up_shexp";         // [shared_ffn, hidden]
 inline constexpr const char *kSharedDown = "ffn_down_shexp";     // [hidden, shared_ffn]
@@ -53,7 +59,8 @@ inline std::string layer_tensor(uint64_t layer, const char *role) {
 bool parse_layer_tensor(const std::string &name, uint64_t *layer, std::string *role);
 
 // Tensor classes: what the converter's `--tensor-dtype CLASS=DTYPE` names and `inspect`
-// groups by. Vectors are every rank-1 tensor (norms, biases); routers are ffn_gate_inp and
+// groups by. Vectors are every rank-1 tensor (norms, biases, sinks) and every *_bias tensor (the
+// experts' biases are rank 2); routers are ffn_gate_inp and
 // ffn_gate_inp_shexp.
 enum class TensorClass : uint32_t { Embeddings, Output, Attention, Experts, SharedExpert, DenseFfn, Router, Vectors };
 inline constexpr size_t kTensorClassCount = 8;

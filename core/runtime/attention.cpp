@@ -115,7 +115,6 @@ Error Session::attention(uint32_t layer, const BatchEntry *entries, size_t count
   const size_t H = c.hidden_size, Q = model_.q_dim(), KV = model_.kv_dim(), D = c.head_dim;
   const size_t heads = c.head_count, group = c.head_count / c.kv_head_count;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const size_t context = options_.context_length;
   const bool f16_cache = options_.kv_dtype == KvDtype::F16;
   KvCache &kv = *kv_;
   const size_t B = kv.block_tokens(), value_off = kv.value_offset();
@@ -162,58 +161,74 @@ Error Session::attention(uint32_t layer, const BatchEntry *entries, size_t count
     }
   });
 
-  // Scaled dot-product attention per (token, KV head) over positions 0..position (causal):
-  // the `group` query heads that share a KV head go through one call per cache block, which
-  // reads each cached key and value row once for all of them. Scores land in one row of n;
-  // values accumulate block after block from zero: the bits of one call over contiguous rows
-  // (a score depends on its query and key row only; the value sums run in ascending position).
+  // Scaled dot-product attention per (token, KV head) over the positions a query sees: 0..position
+  // (causal), or on a sliding layer the last sliding_window of them. The `group` query heads that
+  // share a KV head go through one call per run of cache rows, which reads each cached key and
+  // value row once for all of them. Scores land in one row (index p − first); values accumulate
+  // run after run from zero: the bits of one call over contiguous rows (a score depends on its
+  // query and key row only; the value sums run in ascending position). An attention sink
+  // (gpt-oss) is one more logit at the end of the row: it joins the softmax and adds no value.
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const size_t stride = Buffers::score_stride(options_);
+  const size_t window = w.sliding ? c.sliding_window : 0;
   pool_->parallel_for(count * c.kv_head_count, [&](size_t task, size_t thread) {
     const size_t t = task / c.kv_head_count, kvh = task % c.kv_head_count, h0 = kvh * group;
     const BatchEntry &e = entries[t];
     const float *q = &b.q[t * Q + h0 * D];
     const uint32_t *table = kv.blocks(e.sequence);
-    float *scores = &b.scores[thread * group * context];
-    const size_t n = e.position + 1, blocks = (n + B - 1) / B;
+    float *scores = &b.scores[thread * group * stride];
+    const size_t end = size_t(e.position) + 1, first = window && end > window ? end - window : 0, n = end - first;
     float *out = &b.attn[t * Q + h0 * D];
     std::fill(out, out + group * D, 0.0f);
+    // Runs of at most `max_rows` positions of [first, end) that never cross a cache block.
+    auto for_each_run = [&](size_t max_rows, auto &&fn) {
+      for (size_t p0 = first; p0 < end;) {
+        const size_t len = std::min({max_rows, B - p0 % B, end - p0});
+        fn(p0, len, kv.offset(table[p0 / B], layer) + (p0 % B) * KV + kvh * D);
+        p0 += len;
+      }
+    };
+    auto softmax = [&] {
+      if (w.attn_sinks.present()) {
+        for (size_t g = 0; g < group; ++g) scores[g * stride + n] = w.attn_sinks.data[h0 + g];
+        kernels_->attention_softmax(scores, stride, group, n + 1);
+      } else {
+        kernels_->attention_softmax(scores, stride, group, n);
+      }
+    };
     if (f16_cache) {
-      // Chunks of kF16KvChunkRows positions (never crossing a cache block) are widened to f32
-      // once for all the heads of the group, then go through the f32 path's block kernels: the
-      // same bits as an f32 cache holding the widened values (a score depends on its query and
-      // key row only; the value sums continue in ascending position).
+      // Runs of kF16KvChunkRows positions are widened to f32 once for all the heads of the
+      // group, then go through the f32 path's kernels: the same bits as an f32 cache holding
+      // the widened values.
       float *rows = &b.kv_rows[thread * kF16KvChunkRows * D];
-      auto for_each_chunk = [&](size_t offset, auto &&fn) {
-        for (size_t p0 = 0; p0 < n;) {
-          const size_t in_block = B - p0 % B, len = std::min({kF16KvChunkRows, in_block, n - p0});
-          const uint16_t *src = kv.f16() + kv.offset(table[p0 / B], layer) + offset + (p0 % B) * KV + kvh * D;
-          for (size_t r = 0; r < len; ++r) kernels_->f16_to_f32(src + r * KV, rows + r * D, D);
-          fn(p0, len);
-          p0 += len;
-        }
+      auto widen = [&](size_t at, size_t len) {
+        for (size_t r = 0; r < len; ++r) kernels_->f16_to_f32(kv.f16() + at + r * KV, rows + r * D, D);
       };
-      for_each_chunk(0, [&](size_t p0, size_t len) {
-        kernels_->attention_scores(q, D, group, rows, D, len, D, scale, scores + p0, context);
+      for_each_run(kF16KvChunkRows, [&](size_t p0, size_t len, size_t at) {
+        widen(at, len);
+        kernels_->attention_scores(q, D, group, rows, D, len, D, scale, scores + (p0 - first), stride);
       });
-      kernels_->attention_softmax(scores, context, group, n);
-      for_each_chunk(value_off, [&](size_t p0, size_t len) {
-        kernels_->attention_values_accumulate(scores + p0, context, group, rows, D, len, D, out, D);
+      softmax();
+      for_each_run(kF16KvChunkRows, [&](size_t p0, size_t len, size_t at) {
+        widen(at + value_off, len);
+        kernels_->attention_values_accumulate(scores + (p0 - first), stride, group, rows, D, len, D, out, D);
       });
     } else {
-      for (size_t j = 0; j < blocks; ++j) {
-        const float *keys = kv.f32() + kv.offset(table[j], layer) + kvh * D;
-        kernels_->attention_scores(q, D, group, keys, KV, std::min(B, n - j * B), D, scale, scores + j * B, context);
-      }
-      kernels_->attention_softmax(scores, context, group, n);
-      for (size_t j = 0; j < blocks; ++j) {
-        const float *values = kv.f32() + kv.offset(table[j], layer) + value_off + kvh * D;
-        kernels_->attention_values_accumulate(scores + j * B, context, group, values, KV, std::min(B, n - j * B), D, out, D);
-      }
+      for_each_run(B, [&](size_t p0, size_t len, size_t at) {
+        kernels_->attention_scores(q, D, group, kv.f32() + at, KV, len, D, scale, scores + (p0 - first), stride);
+      });
+      softmax();
+      for_each_run(B, [&](size_t p0, size_t len, size_t at) {
+        kernels_->attention_values_accumulate(scores + (p0 - first), stride, group, kv.f32() + at + value_off, KV, len,
+                                              D, out, D);
+      });
     }
   });
 
   // Output projection and residual.
   matmul(w.attn_output, b.attn.data(), count, b.ffn_out.data(), H);
+  if (w.attn_output_bias.present())
+    pool_->parallel_for(count, [&](size_t t, size_t) { add_bias(&b.ffn_out[t * H], w.attn_output_bias, H); });
   if (Error e = guard_non_finite(b.ffn_out.data(), count, H, {"attention output", layer, true}, entries)) return e;
   pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->add(&b.x[t * H], &b.x[t * H], &b.ffn_out[t * H], H); });
   return {};

@@ -40,7 +40,9 @@ struct Session::Buffers {
   std::vector<float> k, v;     // [N, kv_dim]
   std::vector<float> attn;     // [N, q_dim] attention output before o_proj
   std::vector<float> ffn_out;  // [N, hidden]
-  std::vector<float> scores;   // [P, heads per KV head, context] attention scores per thread
+  std::vector<float> scores;   // [P, heads per KV head, score_stride] attention scores per thread
+  // A head's row of scores: every position of the context, and one more for an attention sink.
+  static size_t score_stride(const SessionOptions &o) { return size_t(o.context_length) + 1; }
   std::vector<float> kv_rows;          // [P, kF16KvChunkRows, head_dim] cache rows widened to f32 (F16 only)
   std::vector<float> rope_inv_freq;    // [rotary_dim / 2] θ^(−2i/r), fixed for the model
   std::vector<float> rope_trig;        // [N, head_dim]: cos | sin (rotary_dim / 2 each) of each entry's position
@@ -77,7 +79,7 @@ struct Session::Buffers {
     v.assign(N * m.kv_dim(), 0.0f);
     attn.assign(N * m.q_dim(), 0.0f);
     ffn_out.assign(N * H, 0.0f);
-    scores.assign(threads * (c.head_count / c.kv_head_count) * o.context_length, 0.0f);
+    scores.assign(threads * (c.head_count / c.kv_head_count) * score_stride(o), 0.0f);
     rope_inv_freq.resize(c.rotary_dim / 2);
     rope_inverse_frequencies(c, rope_inv_freq.data());
     rope_trig.assign(N * c.head_dim, 0.0f);

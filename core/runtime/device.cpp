@@ -114,6 +114,11 @@ std::unique_ptr<DeviceSession> DeviceSession::create(const model::Model &model, 
   const char *missing = c.rotary_dim != c.head_dim      ? "partial rotary embeddings"
                         : c.router_score != "softmax"     ? "sigmoid routing"
                         : c.rope_scaling != "none"        ? "yarn-scaled rotary embeddings"
+                        : c.attention_sinks               ? "attention sinks"
+                        : !c.layer_is_sliding.empty()     ? "sliding-window attention"
+                        : c.attention_output_bias         ? "o_proj biases"
+                        : c.router_bias || c.expert_bias  ? "router and expert biases"
+                        : c.expert_activation != "silu"   ? "the clamped SwiGLU activation"
                                                           : nullptr;
   if (missing) {
     *error = make_error(ErrorKind::Unsupported,

@@ -6,7 +6,8 @@
 // always); or sigmoid scores with a selection bias and group limits (select_top_k_sigmoid). Dispatch groups the batch's (token, slot) pairs by expert once per layer with a
 // counting sort, so each active expert's weights are read once per batch however many
 // tokens chose it. Experts run in two parallel phases over (expert, row block) tasks: gate
-// and up projections fused with SiLU·mul per row stripe, then the down projection. The merge
+// and up projections fused with SiLU·mul (gpt-oss: biases and the clamped SwiGLU) per row
+// stripe, then the down projection (and its bias). The merge
 // sums each token's k expert outputs in slot order: no atomics, and the result does not
 // depend on the thread count or on the other tokens in the batch.
 #include <algorithm>
@@ -27,6 +28,21 @@ namespace {
 // The logistic function in fp32 (sigmoid routers' scores, the Qwen2-MoE shared-expert gate).
 inline float logistic(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
+// gpt-oss's clamped SwiGLU (transformers GptOssExperts): the gate clamped from above and the
+// up projection on both sides to ±limit, then (up + 1) · gate · σ(alpha · gate), in fp32 in
+// the modeling code's order. out may alias gate.
+void swiglu_clamped(float *out, const float *gate, const float *up, size_t n, float limit, float alpha) {
+  for (size_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], limit), u = std::clamp(up[i], -limit, limit);
+    const float glu = g * logistic(g * alpha);
+    out[i] = (u + 1.0f) * glu;
+  }
+}
+
+void add_rows(float *row, const float *bias, size_t n) {
+  for (size_t i = 0; i < n; ++i) row[i] += bias[i];
+}
+
 }  // namespace
 
 void Session::route(const model::LayerWeights &w, const float *input, size_t count) {
@@ -37,6 +53,8 @@ void Session::route(const model::LayerWeights &w, const float *input, size_t cou
   {
     StageTimer timer(stats_, Stage::Router);
     matmul(w.router, input, count, b.router_logits.data(), E);
+    if (w.router_bias.present())  // gpt-oss: top-k of the biased logits, softmax over the k
+      pool_->parallel_for(count, [&](size_t t, size_t) { add_rows(&b.router_logits[t * E], w.router_bias.data, E); });
     if (sigmoid)
       pool_->parallel_for(count, [&](size_t t, size_t) {
         float *row = &b.router_logits[t * E];
@@ -144,6 +162,8 @@ Error Session::run_experts(uint32_t layer, const model::LayerWeights &w, const f
           b.tasks.push_back({static_cast<uint32_t>(e), static_cast<uint32_t>(r0), static_cast<uint32_t>(std::min(rows, r0 + per))});
       }
     };
+    const bool clamped = c.expert_activation == "swiglu_clamped";
+    const float swiglu_limit = static_cast<float>(c.swiglu_limit), swiglu_alpha = static_cast<float>(c.swiglu_alpha);
     auto matmul_fn = [&](size_t tokens) { return tokens <= 8 ? kernels_->matmul_rows : kernels_->gemm_rows; };
     auto matmul_q8_fn = [&](size_t tokens) { return tokens <= 8 ? kernels_->matmul_rows_q8 : kernels_->gemm_rows_q8; };
     // Phase 1: gate and up stripes, then SiLU(gate)·up on the same stripe.
@@ -164,9 +184,16 @@ Error Session::run_experts(uint32_t layer, const model::LayerWeights &w, const f
         fn(up_w.matrix(task.expert), up_w.dtype, up_w.group_size, H, task.row_begin, task.row_end,
            &b.gathered[first * H], n, &b.up[first * F], F);
       }
-      for (size_t r = first; r < first + n; ++r)
-        kernels_->silu_mul(&b.gate[r * F + task.row_begin], &b.gate[r * F + task.row_begin], &b.up[r * F + task.row_begin],
-                           task.row_end - task.row_begin);
+      const size_t r0 = task.row_begin, rows = task.row_end - task.row_begin;
+      for (size_t r = first; r < first + n; ++r) {
+        float *gate = &b.gate[r * F + r0], *up = &b.up[r * F + r0];
+        if (w.experts_gate_bias.present()) {
+          add_rows(gate, w.experts_gate_bias.data + task.expert * F + r0, rows);
+          add_rows(up, w.experts_up_bias.data + task.expert * F + r0, rows);
+        }
+        if (clamped) swiglu_clamped(gate, gate, up, rows, swiglu_limit, swiglu_alpha);
+        else kernels_->silu_mul(gate, gate, up, rows);
+      }
     });
     // Phase 2: down projection stripes over the hidden rows (q8: each activation row
     // quantised once, not once per stripe).
@@ -184,6 +211,10 @@ Error Session::run_experts(uint32_t layer, const model::LayerWeights &w, const f
       else
         matmul_fn(n)(down_w.matrix(task.expert), down_w.dtype, down_w.group_size, F, task.row_begin, task.row_end,
                      &b.gate[first * F], n, &b.expert_out[first * H], H);
+      if (w.experts_down_bias.present())
+        for (size_t r = first; r < first + n; ++r)
+          add_rows(&b.expert_out[r * H + task.row_begin], w.experts_down_bias.data + task.expert * H + task.row_begin,
+                   task.row_end - task.row_begin);
     });
     for (size_t e = 0; e < E; ++e)
       if (b.expert_offset[e + 1] > b.expert_offset[e])

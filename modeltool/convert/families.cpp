@@ -63,7 +63,23 @@ constexpr FamilyInfo kFamilies[] = {
      .default_rope_theta = 5e6, .default_rms_norm_eps = 1e-6, .default_max_positions = 196608,
      .moe_block = "block_sparse_moe", .expert_projection = {"w1", "w3", "w2"},
      .router_score = "sigmoid", .router_bias_name = "e_score_correction_bias", .partial_rotary = true},
+    // gpt-oss (transformers gpt_oss): q/k/v/o biases (attention_bias), per-head attention sinks,
+    // sliding-window layers by layer_types, YaRN RoPE; router linear with a bias, softmax over the
+    // top-k logits (= Mixtral's renormalised softmax); fused experts with biases and the clamped
+    // SwiGLU (swiglu_limit, swiglu_alpha).
+    {.family = model::kFamilyGptOss, .architecture = "GptOssForCausalLM", .model_type = "gpt_oss",
+     .expert_ffn_key = "intermediate_size", .dense_ffn_key = nullptr, .sparse_step_layers = false,
+     .renormalise_always = true, .shared_expert = false, .qkv_bias_key = "attention_bias", .o_bias_key = false,
+     .qk_norm = "none", .clip_qkv = false,
+     .default_rope_theta = 150000.0, .default_rms_norm_eps = 1e-5, .default_max_positions = 131072,
+     .moe_block = "mlp", .expert_projection = {"gate_up_proj", "gate_up_proj", "down_proj"},
+     .fused_experts = true},
 };
+
+// transformers GptOssConfig's rope_parameters when config.json gives none.
+constexpr const char *kGptOssDefaultYarn =
+    R"({"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": false,
+        "original_max_position_embeddings": 4096})";
 
 Error unsupported(const std::string &what) {
   return make_error(ErrorKind::Unsupported, "config.json: " + what + " is not supported yet");
@@ -257,6 +273,8 @@ Error read_rope(ConfigReader &reader, const FamilyInfo &family, uint64_t head_di
       *theta = t->get<double>();
     }
   }
+  if (family.fused_experts && !reader.has("rope_scaling") && !reader.has("rope_parameters"))
+    if (Error e = read_yarn(nlohmann::json::parse(kGptOssDefaultYarn), c->max_position_embeddings, c)) return e;
   *theta = reader.optional_number("rope_theta", *theta);
   if (reader.has("partial_rotary_factor")) {
     factor = reader.optional_number("partial_rotary_factor", 1.0);
@@ -282,6 +300,36 @@ Error read_rope(ConfigReader &reader, const FamilyInfo &family, uint64_t head_di
     return unsupported(strprintf("a rotary dimension of %llu for head_dim %llu (RoPE needs an even count of at most "
                                  "head_dim)",
                                  static_cast<unsigned long long>(*rotary_dim), static_cast<unsigned long long>(head_dim)));
+  return {};
+}
+
+// gpt-oss: layer_types names each layer "sliding_attention" or "full_attention" (the config
+// class's default alternates, layer 0 sliding); sliding layers see the last sliding_window
+// positions (transformers' sliding-window mask: key > query − window).
+Error read_layer_types(ConfigReader &reader, model::ModelConfig *c) {
+  c->layer_is_sliding.assign(c->layer_count, 0);
+  for (uint64_t i = 0; i < c->layer_count; ++i) c->layer_is_sliding[i] = (i + 1) % 2 != 0 ? 1 : 0;
+  if (const nlohmann::json *types = reader.value("layer_types")) {
+    if (!types->is_array() || types->size() != c->layer_count)
+      return make_error(ErrorKind::Corrupt, strprintf("config.json: layer_types must list one type per layer (%llu)",
+                                                      static_cast<unsigned long long>(c->layer_count)));
+    for (size_t i = 0; i < types->size(); ++i) {
+      const nlohmann::json &t = (*types)[i];
+      const std::string type = t.is_string() ? t.get<std::string>() : t.dump();
+      if (type != "sliding_attention" && type != "full_attention")
+        return unsupported("layer_types entry '" + type + "' (sliding_attention and full_attention only)");
+      c->layer_is_sliding[i] = type == "sliding_attention" ? 1 : 0;
+    }
+  }
+  c->sliding_window = reader.optional_uint("sliding_window", 128);
+  if (reader.error()) return reader.error();
+  if (std::count(c->layer_is_sliding.begin(), c->layer_is_sliding.end(), 1) == 0) {
+    c->layer_is_sliding.clear();  // no sliding layer: the window is irrelevant
+    c->sliding_window = 0;
+  } else if (c->sliding_window == 0 || c->sliding_window > (uint64_t(1) << 32)) {
+    return make_error(ErrorKind::Corrupt, "config.json: sliding_window must be a positive window size (1..2^32) "
+                                          "when layer_types has sliding_attention layers");
+  }
   return {};
 }
 
@@ -374,10 +422,18 @@ Error read_hf_config(const nlohmann::json &config, const FamilyInfo **family_out
     c.head_dim = c.hidden_size / c.head_count;
   }
   if (Error e = read_rope(reader, *family, c.head_dim, &c)) return e;
-  if (Error e = check_sliding_window(reader, c.max_position_embeddings)) return e;
+  if (family->fused_experts) {
+    if (Error e = read_layer_types(reader, &c)) return e;
+  } else if (Error e = check_sliding_window(reader, c.max_position_embeddings)) {
+    return e;
+  }
 
   // Attention extras.
   c.attention_bias = family->qkv_bias_key ? reader.optional_bool(family->qkv_bias_key, family->qkv_bias_default) : false;
+  if (family->fused_experts) {  // gpt-oss: attention_bias covers o_proj too; sinks always
+    c.attention_output_bias = c.attention_bias;
+    c.attention_sinks = true;
+  }
   c.qk_norm = !family->qk_norm_key || reader.optional_bool(family->qk_norm_key, false) ? family->qk_norm : "none";
   c.clip_qkv = family->clip_qkv ? reader.optional_number("clip_qkv", 0.0) : 0.0;
 
@@ -398,6 +454,13 @@ Error read_hf_config(const nlohmann::json &config, const FamilyInfo **family_out
   }
   c.topk_norm_epsilon = family->topk_norm_epsilon;
   if (family->scaling_key) c.routed_scaling_factor = reader.optional_number(family->scaling_key, 1.0);
+  if (family->fused_experts) {  // gpt-oss: biased router and experts, clamped SwiGLU
+    c.router_bias = true;
+    c.expert_bias = true;
+    c.expert_activation = "swiglu_clamped";
+    c.swiglu_limit = reader.optional_number("swiglu_limit", 7.0);
+    c.swiglu_alpha = reader.optional_number("swiglu_alpha", 1.702);
+  }
   if (reader.error()) return reader.error();
   // The limits before anything is sized from these numbers (layer lists, tensor plans).
   if (Error e = c.check_limits()) return inconsistent(e);

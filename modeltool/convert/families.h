@@ -58,6 +58,9 @@ struct FamilyInfo {
   const char *shared_block = "shared_expert";   // checkpoint name of the shared expert below moe_block
   const char *shared_count_key = nullptr;    // GLM "n_shared_experts": shared FFN = n × expert FFN, no gate
   bool partial_rotary = false;               // the modeling code rotates only the first rotary_dim values
+  // gpt-oss: mlp.router (weight and bias), fused experts gate_up_proj / down_proj with biases,
+  // o_proj bias, attention sinks, sliding-window layers (layer_types), clamped SwiGLU.
+  bool fused_experts = false;
 };
 
 // The family of `architecture` (e.g. "MixtralForCausalLM"), or nullptr.

@@ -22,18 +22,24 @@ struct Wanted {
   std::vector<uint64_t> image_shape;
   std::vector<std::string> source_names;  // one, or one per expert
   std::vector<uint64_t> source_shape;     // shape of each source
+  SourceSlice slice;                      // non-identity: one source, re-laid out
 };
 
 // Collects the wanted tensors of one model, in image order.
 class MappingBuilder {
  public:
   void single(std::string image_name, std::string source, std::vector<uint64_t> shape) {
-    wanted_.push_back({std::move(image_name), shape, {std::move(source)}, shape});
+    wanted_.push_back({std::move(image_name), shape, {std::move(source)}, shape, SourceSlice{}});
   }
   void stacked(std::string image_name, std::vector<std::string> sources, std::vector<uint64_t> per_source_shape) {
     std::vector<uint64_t> shape = per_source_shape;
     shape.insert(shape.begin(), sources.size());
-    wanted_.push_back({std::move(image_name), std::move(shape), std::move(sources), std::move(per_source_shape)});
+    wanted_.push_back({std::move(image_name), std::move(shape), std::move(sources), std::move(per_source_shape), SourceSlice{}});
+  }
+  // One source re-laid out (SourceSlice) into an image tensor of image_shape.
+  void sliced(std::string image_name, std::string source, std::vector<uint64_t> source_shape,
+              std::vector<uint64_t> image_shape, SourceSlice slice) {
+    wanted_.push_back({std::move(image_name), std::move(image_shape), {std::move(source)}, std::move(source_shape), slice});
   }
   std::vector<Wanted> take() { return std::move(wanted_); }
 
@@ -61,6 +67,8 @@ std::vector<Wanted> wanted_tensors(const FamilyInfo &family, const model::ModelC
       m.single(blk(names::kAttnKBias), hf + "self_attn.k_proj.bias", {kv_dim});
       m.single(blk(names::kAttnVBias), hf + "self_attn.v_proj.bias", {kv_dim});
     }
+    if (c.attention_output_bias) m.single(blk(names::kAttnOutputBias), hf + "self_attn.o_proj.bias", {hidden});
+    if (c.attention_sinks) m.single(blk(names::kAttnSinks), hf + "self_attn.sinks", {c.head_count});
     if (c.qk_norm != "none") {
       bool per_head = c.qk_norm == "per_head";  // Qwen3: [head_dim] shared by heads; OLMoE: whole projection
       m.single(blk(names::kAttnQNorm), hf + "self_attn.q_norm.weight", {per_head ? c.head_dim : q_dim});
@@ -68,7 +76,23 @@ std::vector<Wanted> wanted_tensors(const FamilyInfo &family, const model::ModelC
     }
     m.single(blk(names::kFfnNorm), hf + "post_attention_layernorm.weight", {hidden});
 
-    if (c.layer_is_moe[i]) {
+    if (c.layer_is_moe[i] && family.fused_experts) {
+      // gpt-oss (transformers GptOssExperts): mlp.router with a bias; the experts' gate and up
+      // projections fused and interleaved (gate = columns 0, 2, 4, ..., up = 1, 3, 5, ...) in
+      // gate_up_proj [E, hidden, 2·ffn], applied as x · W, and down_proj [E, ffn, hidden]: the
+      // image's [out, in] matrices are their transposed column slices.
+      const std::string moe = hf + family.moe_block + ".";
+      const uint64_t E = c.expert_count, ffn = c.expert_ffn_size;
+      m.single(blk(names::kRouter), moe + "router.weight", {E, hidden});
+      m.single(blk(names::kRouterBias), moe + "router.bias", {E});
+      const std::string experts = moe + "experts.";
+      m.sliced(blk(names::kExpertsGate), experts + "gate_up_proj", {E, hidden, 2 * ffn}, {E, ffn, hidden}, {true, 2, 0});
+      m.sliced(blk(names::kExpertsUp), experts + "gate_up_proj", {E, hidden, 2 * ffn}, {E, ffn, hidden}, {true, 2, 1});
+      m.sliced(blk(names::kExpertsDown), experts + "down_proj", {E, ffn, hidden}, {E, hidden, ffn}, {true, 1, 0});
+      m.sliced(blk(names::kExpertsGateBias), experts + "gate_up_proj_bias", {E, 2 * ffn}, {E, ffn}, {false, 2, 0});
+      m.sliced(blk(names::kExpertsUpBias), experts + "gate_up_proj_bias", {E, 2 * ffn}, {E, ffn}, {false, 2, 1});
+      m.single(blk(names::kExpertsDownBias), experts + "down_proj_bias", {E, hidden});
+    } else if (c.layer_is_moe[i]) {
       const std::string moe = hf + family.moe_block + ".";
       const uint64_t ffn = c.expert_ffn_size;
       m.single(blk(names::kRouter), moe + "gate.weight", {c.expert_count, hidden});
@@ -152,7 +176,8 @@ Error plan_tensors(const FamilyInfo &family, const model::ModelConfig &config, c
   // config can still describe hundreds of millions of tensors, and listing their names would
   // take tens of GB.
   uint64_t needed = 4 * config.layer_count;
-  for (uint8_t moe : config.layer_is_moe) needed += moe ? 3 * config.expert_count : 3;
+  // (gpt-oss fuses a layer's experts into 4 tensors and a router with a bias.)
+  for (uint8_t moe : config.layer_is_moe) needed += !moe ? 3 : family.fused_experts ? 6 : 3 * config.expert_count;
   if (needed > checkpoint.tensors().size())
     return make_error(ErrorKind::Corrupt,
                       strprintf("config.json (%s) describes a model of at least %llu tensors (%llu layers, %llu "
@@ -180,6 +205,7 @@ Error plan_tensors(const FamilyInfo &family, const model::ModelConfig &config, c
     PlannedTensor planned;
     planned.spec.name = w.image_name;
     planned.spec.shape = w.image_shape;
+    planned.slice = w.slice;
     for (const std::string &source : w.source_names) {
       const SafetensorsTensor *t = checkpoint.find(source);
       const std::string &shard = checkpoint.shards()[t->shard]->name();

@@ -20,10 +20,22 @@
 
 namespace colibri::modeltool::convert {
 
+// How an image tensor's values come out of a single source whose layout differs (gpt-oss's fused
+// experts): the source is a stack of [A, C] matrices (its last two dimensions; a rank-2 source is
+// one matrix), and every column_stride-th column of each, from column_offset, is kept (the
+// interleaved gate/up halves), transposed or not. Identity: the source as stored.
+struct SourceSlice {
+  bool transpose = false;
+  uint32_t column_stride = 1;
+  uint32_t column_offset = 0;
+  bool identity() const { return !transpose && column_stride == 1; }
+};
+
 struct PlannedTensor {
   image::TensorSpec spec;                          // name, shape and (after assign_dtypes) dtype in the image
   std::vector<const SafetensorsTensor *> sources;  // in stacking order; each has shape spec.shape minus a
                                                    // leading expert dimension when there are several
+  SourceSlice slice;                               // non-identity: one source, re-laid out (see above)
   uint64_t source_bytes() const;
 };
 

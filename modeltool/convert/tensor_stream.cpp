@@ -15,6 +15,7 @@ Error TensorStreamer::write(const SafetensorsCheckpoint &checkpoint, const Plann
   const uint32_t group = tensor.spec.group_size;
   const uint64_t cols = tensor.spec.shape.back();  // rows run along the last dimension (q8 groups too)
 
+  if (!tensor.slice.identity()) return write_sliced(checkpoint, tensor, writer, on_progress);
   for (const SafetensorsTensor *source : tensor.sources) {
     image::DType decoded;
     if (!source_float_dtype(source->dtype, &decoded))  // plan_tensors refused these already
@@ -64,6 +65,63 @@ Error TensorStreamer::write(const SafetensorsCheckpoint &checkpoint, const Plann
       if (error) return error;
       on_progress(chunk_bytes);
     }
+  }
+  return {};
+}
+
+// A re-laid-out source (SourceSlice): one [A, C] matrix of the source at a time is decoded
+// whole, its kept columns gathered into the image's rows (transposed or not), then the rows are
+// checked and encoded as write() does. Memory: one source matrix in f32 and its slice.
+Error TensorStreamer::write_sliced(const SafetensorsCheckpoint &checkpoint, const PlannedTensor &tensor,
+                                   image::ImageWriter *writer, const std::function<void(uint64_t)> &on_progress) {
+  const image::DType stored = tensor.spec.dtype;
+  const uint32_t group = tensor.spec.group_size;
+  const SourceSlice &slice = tensor.slice;
+  const SafetensorsTensor *source = tensor.sources.front();
+  image::DType decoded;
+  if (tensor.sources.size() != 1 || source->shape.size() < 2 || !source_float_dtype(source->dtype, &decoded))
+    return make_error(ErrorKind::Internal, "unplanned sliced source for " + tensor.spec.name);
+  const uint64_t a = source->shape[source->shape.size() - 2], c = source->shape.back();
+  const uint64_t kept = c / slice.column_stride;  // columns taken from each source row
+  const uint64_t out_rows = slice.transpose ? kept : a, cols = slice.transpose ? a : kept;
+  const uint64_t matrices = source->byte_size() / image::row_bytes(decoded, 0, a * c);
+  const uint64_t source_matrix_bytes = image::row_bytes(decoded, 0, a * c);
+  const uint64_t out_row_bytes = image::row_bytes(stored, group, cols);
+  const unsigned char *base = checkpoint.data(*source);
+  std::vector<float> whole(a * c);
+  rows_.resize(out_rows * cols);
+  encoded_.resize(out_rows * out_row_bytes);
+  bad_column_.resize(out_rows);
+  for (uint64_t m = 0; m < matrices; ++m) {
+    if (interrupted()) return interrupted_error();
+    const unsigned char *matrix = base + m * source_matrix_bytes;
+    pool_.parallel_for(a, [&](size_t r, size_t) {
+      image::decode_floats(decoded, matrix + r * image::row_bytes(decoded, 0, c), c, whole.data() + r * c);
+    });
+    pool_.parallel_for(out_rows, [&](size_t r, size_t) {
+      float *row = rows_.data() + r * cols;
+      for (uint64_t j = 0; j < cols; ++j)
+        row[j] = slice.transpose ? whole[j * c + r * slice.column_stride + slice.column_offset]
+                                 : whole[r * c + j * slice.column_stride + slice.column_offset];
+      unsigned char *out = encoded_.data() + r * out_row_bytes;
+      bad_column_[r] = image::first_unstorable(stored, row, cols);
+      if (bad_column_[r] != cols) return;
+      if (image::is_block_dtype(stored)) image::quantize_row(stored, group, row, cols, out);
+      else image::encode_floats(stored, row, cols, out);
+    });
+    for (uint64_t r = 0; r < out_rows; ++r)
+      if (bad_column_[r] != cols)
+        return make_error(ErrorKind::NonFinite,
+                          util::strprintf("checkpoint tensor '%s' holds %g in matrix %llu (image tensor '%s', row "
+                                          "%llu, column %zu): %s. Fix the checkpoint, or convert with --dtype %s",
+                                          source->name.c_str(), static_cast<double>(rows_[r * cols + bad_column_[r]]),
+                                          static_cast<unsigned long long>(m), tensor.spec.name.c_str(),
+                                          static_cast<unsigned long long>(r), bad_column_[r],
+                                          image::unstorable_reason(stored), image::storable_alternatives(stored)));
+    Error error = writer->append(encoded_.data(), encoded_.size());
+    checkpoint.release(*source, matrix, source_matrix_bytes);
+    if (error) return error;
+    on_progress(source_matrix_bytes);
   }
   return {};
 }

@@ -1,7 +1,8 @@
 // modeltool/convert/tensor_stream.h — copies one planned tensor from the mapped checkpoint
 // into the image writer, a chunk of rows at a time: decode the source rows to f32, encode
 // them to the stored dtype (f32/f16/bf16, or q8 blocks per row), append, then drop the
-// source pages. A source already in the stored dtype is appended straight from the map.
+// source pages. A source already in the stored dtype is appended straight from the map; a
+// re-laid-out one (SourceSlice: gpt-oss's fused experts) goes one source matrix at a time.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,9 @@ class TensorStreamer {
               const std::function<void(uint64_t source_bytes)> &on_progress);
 
  private:
+  Error write_sliced(const SafetensorsCheckpoint &checkpoint, const PlannedTensor &tensor, image::ImageWriter *writer,
+                     const std::function<void(uint64_t source_bytes)> &on_progress);
+
   util::ThreadPool &pool_;
   std::vector<float> rows_;               // decoded f32 rows of one chunk
   std::vector<size_t> bad_column_;        // per row of the chunk: first unstorable column, or cols

@@ -15,6 +15,7 @@
 #include "convert/safetensors_writer.h"
 #include "model/config.h"
 #include "model/tensor_names.h"
+#include "modeltool/convert/families.h"
 #include "modeltool/convert/safetensors.h"
 
 using namespace colibri;
@@ -310,4 +311,128 @@ TEST_CASE("GLM-4.5's multi-token-prediction layer tensors are left out of the im
   Error e = testing::convert(tmp / "beyond", tmp / "beyond.colibri");
   CHECK(e.kind == ErrorKind::Corrupt);
   CHECK_THAT(e.message, Catch::Contains("model.layers.4.enorm.weight"));
+}
+
+TEST_CASE("gpt-oss converts: fused experts sliced and transposed, biases, sinks, sliding layers, yarn", "[convert][oracle]") {
+  const std::string dir = fixture_dir("gpt_oss_sinks");
+  testing::ScopedTempDir tmp("oracle-gpt-oss");
+  Error e = testing::convert(dir, tmp / "m.colibri");
+  INFO(e.message);
+  REQUIRE_FALSE(e);
+  auto img = testing::open_image(tmp / "m.colibri");
+  REQUIRE_FALSE(img->verify_all(1));
+  model::ModelConfig c;
+  REQUIRE_FALSE(model::ModelConfig::from_json(img->metadata()["model"], &c));
+  CHECK(c.family == "gpt_oss");
+  CHECK(c.hf_architecture == "GptOssForCausalLM");
+  CHECK(c.layer_count == 3);
+  CHECK(c.head_dim == 16);
+  CHECK(c.expert_count == 8);
+  CHECK(c.top_k == 2);
+  CHECK(c.expert_ffn_size == 32);
+  CHECK(c.router_score == "softmax");
+  CHECK(c.norm_topk_prob);  // softmax over the top-k logits
+  CHECK(c.attention_bias);
+  CHECK(c.attention_output_bias);
+  CHECK(c.attention_sinks);
+  CHECK(c.sliding_window == 4);
+  CHECK(c.layer_is_sliding == std::vector<uint8_t>{1, 0, 1});
+  CHECK(c.router_bias);
+  CHECK(c.expert_bias);
+  CHECK(c.expert_activation == "swiglu_clamped");
+  CHECK(c.swiglu_limit == 1.5);
+  CHECK(c.swiglu_alpha == 1.702);
+  CHECK(c.rope_scaling == "yarn");
+  CHECK(c.rope_theta == 150000.0);
+  CHECK(c.rope_factor == 32.0);
+  CHECK(c.rope_original_max_positions == 4096);
+  CHECK_FALSE(c.rope_truncate);
+  CHECK(c.rope_attention_factor == Approx(0.1 * std::log(32.0) + 1.0).epsilon(1e-15));
+  CHECK(c.max_position_embeddings == 131072);
+
+  // Values, by the transformers layout written out here independently of the converter's
+  // table: gate_up_proj [E, hidden, 2F] holds gate in the even columns and up in the odd ones
+  // (x · W), down_proj [E, F, hidden]; the image holds [out, in] matrices.
+  modeltool::convert::SafetensorsCheckpoint checkpoint;
+  REQUIRE_FALSE(modeltool::convert::SafetensorsCheckpoint::open(dir, &checkpoint));
+  auto source = [&](const std::string &name) {
+    const modeltool::convert::SafetensorsTensor *t = checkpoint.find(name);
+    REQUIRE(t);
+    REQUIRE(t->dtype == "F32");
+    return reinterpret_cast<const float *>(checkpoint.data(*t));
+  };
+  auto stored = [&](const std::string &name) {
+    const image::TensorInfo *t = img->find(name);
+    REQUIRE(t);
+    REQUIRE(t->dtype == image::DType::F32);
+    return reinterpret_cast<const float *>(img->data(*t));
+  };
+  const size_t E = 8, F = 32, H = 64;
+  size_t mismatches = 0;
+  for (uint64_t l = 0; l < 3; ++l) {
+    const std::string hf = "model.layers." + std::to_string(l) + ".mlp.experts.";
+    const float *gate_up = source(hf + "gate_up_proj"), *gate_up_bias = source(hf + "gate_up_proj_bias");
+    const float *down = source(hf + "down_proj"), *down_bias = source(hf + "down_proj_bias");
+    auto blk = [&](const char *role) { return model::names::layer_tensor(l, role); };
+    const float *gate = stored(blk("ffn_gate_exps")), *up = stored(blk("ffn_up_exps")), *down_t = stored(blk("ffn_down_exps"));
+    const float *gate_b = stored(blk("ffn_gate_exps_bias")), *up_b = stored(blk("ffn_up_exps_bias"));
+    const float *down_b = stored(blk("ffn_down_exps_bias"));
+    for (size_t x = 0; x < E; ++x) {
+      for (size_t f = 0; f < F; ++f) {
+        for (size_t h = 0; h < H; ++h) {
+          mismatches += gate[(x * F + f) * H + h] != gate_up[(x * H + h) * 2 * F + 2 * f];
+          mismatches += up[(x * F + f) * H + h] != gate_up[(x * H + h) * 2 * F + 2 * f + 1];
+          mismatches += down_t[(x * H + h) * F + f] != down[(x * F + f) * H + h];
+        }
+        mismatches += gate_b[x * F + f] != gate_up_bias[x * 2 * F + 2 * f];
+        mismatches += up_b[x * F + f] != gate_up_bias[x * 2 * F + 2 * f + 1];
+      }
+      for (size_t h = 0; h < H; ++h) mismatches += down_b[x * H + h] != down_bias[x * H + h];
+    }
+    const std::string attn = "model.layers." + std::to_string(l) + ".self_attn.";
+    CHECK(std::memcmp(stored(blk("attn_sinks")), source(attn + "sinks"), 4 * sizeof(float)) == 0);
+    CHECK(std::memcmp(stored(blk("attn_output_bias")), source(attn + "o_proj.bias"), H * sizeof(float)) == 0);
+    CHECK(std::memcmp(stored(blk("ffn_gate_inp_bias")), source("model.layers." + std::to_string(l) + ".mlp.router.bias"),
+                      E * sizeof(float)) == 0);
+  }
+  CHECK(mismatches == 0);
+
+  // q8: the experts quantise, their biases (rank 2) stay f32 vectors.
+  REQUIRE_FALSE(testing::convert(dir, tmp / "q8.colibri", image::DType::Q8));
+  auto q8 = testing::open_image(tmp / "q8.colibri");
+  CHECK(q8->find("blk.0.ffn_gate_exps")->dtype == image::DType::Q8);
+  CHECK(q8->find("blk.0.ffn_gate_exps_bias")->dtype == image::DType::F32);
+  CHECK(q8->find("blk.0.ffn_down_exps_bias")->dtype == image::DType::F32);
+  CHECK(q8->find("blk.0.attn_sinks")->dtype == image::DType::F32);
+}
+
+TEST_CASE("gpt-oss configs with unusable layer_types or windows are refused by name", "[convert][oracle]") {
+  const json base = json::parse(testing::read_text(fixture_dir("gpt_oss_sinks") + "/config.json"));
+  const modeltool::convert::FamilyInfo *family = nullptr;
+  model::ModelConfig c;
+  json bad = base;
+  bad["layer_types"] = {"sliding_attention", "chunked_attention", "full_attention"};
+  Error e = modeltool::convert::read_hf_config(bad, &family, &c);
+  CHECK(e.kind == ErrorKind::Unsupported);
+  CHECK_THAT(e.message, Catch::Contains("chunked_attention"));
+  bad = base;
+  bad["layer_types"] = {"sliding_attention"};
+  e = modeltool::convert::read_hf_config(bad, &family, &c);
+  CHECK(e.kind == ErrorKind::Corrupt);
+  CHECK_THAT(e.message, Catch::Contains("layer_types"));
+  bad = base;
+  bad["sliding_window"] = 0;
+  e = modeltool::convert::read_hf_config(bad, &family, &c);
+  CHECK(e.kind == ErrorKind::Corrupt);
+  CHECK_THAT(e.message, Catch::Contains("sliding_window"));
+  // Without layer_types the config class alternates (layer 0 sliding); without rope
+  // parameters it is YaRN factor 32 over 4096 positions.
+  json defaults = base;
+  defaults.erase("layer_types");
+  defaults.erase("rope_parameters");
+  REQUIRE_FALSE(modeltool::convert::read_hf_config(defaults, &family, &c));
+  CHECK(c.layer_is_sliding == std::vector<uint8_t>{1, 0, 1});
+  CHECK(c.rope_scaling == "yarn");
+  CHECK(c.rope_factor == 32.0);
+  CHECK(c.rope_theta == 150000.0);
 }

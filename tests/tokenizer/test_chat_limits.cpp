@@ -296,7 +296,7 @@ TEST_CASE("the supported families' templates fit limits far below the defaults",
   tight.max_loop_iterations = 100;
   tight.max_steps = 20000;
   for (const char *name : {"mixtral_gqa", "mixtral_tied_top3", "qwen2_moe_shared", "qwen3_moe_qknorm", "olmoe_clip",
-                           "glm4_moe_groups", "minimax_m2_sigmoid", "qwen3_moe_yarn"}) {
+                           "glm4_moe_groups", "minimax_m2_sigmoid", "qwen3_moe_yarn", "gpt_oss_sinks"}) {
     INFO(name);
     const json fixture = json::parse(read_file(source_path(std::string("tests/fixtures/tokenizer/chat_") + name + ".json")));
     const json config = json::parse(read_file(source_path(fixture["tokenizer_config"].get<std::string>())));

@@ -53,6 +53,8 @@ from transformers import (  # noqa: E402
     AutoTokenizer,
     GenerationConfig,
     Glm4MoeConfig,
+    GptOssConfig,
+    GptOssForCausalLM,
     Glm4MoeForCausalLM,
     MiniMaxM2Config,
     MiniMaxM2ForCausalLM,
@@ -278,6 +280,16 @@ CHAT_MINIMAX_M2 = (
     "{%- endfor %}\n"
     "{%- if add_generation_prompt %}\n"
     "{{- ']~b]ai\\n' }}\n"
+    "{%- endif %}\n"
+)
+
+# gpt-oss style (harmony): <|start|>role<|message|>content<|end|>, generation opens the assistant.
+CHAT_GPT_OSS = (
+    "{%- for message in messages %}\n"
+    "{{- '<|start|>' + message['role'] + '<|message|>' + message['content'] + '<|end|>' }}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "{{- '<|start|>assistant' }}\n"
     "{%- endif %}\n"
 )
 
@@ -546,6 +558,37 @@ CASES = [
             "rotary_dim 16 of head_dim 32, rope_theta 5e6, no biases, GQA 4/2."
         ),
     },
+    {
+        "name": "gpt_oss_sinks",
+        "model_cls": GptOssForCausalLM,
+        "config_cls": GptOssConfig,
+        "config": dict(
+            vocab_size=VOCAB, hidden_size=64, head_dim=16, intermediate_size=32, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=2, num_local_experts=8, num_experts_per_tok=2,
+            sliding_window=4, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            attention_bias=True, swiglu_limit=1.5, swiglu_alpha=1.702, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
+                             "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 4096},
+            rms_norm_eps=1e-5, max_position_embeddings=131072, bos_token_id=None, eos_token_id=509,
+            pad_token_id=509,
+        ),
+        "init": {"sinks": 1.0},
+        "tokenizer": "bytelevel",
+        "chat_template": CHAT_GPT_OSS,
+        "tok_special": dict(bos=None, eos="<|endoftext|>", pad="<|endoftext|>"),
+        "gen": dict(bos_token_id=None, eos_token_id=509, pad_token_id=509),
+        "prompt": BYTE_PROMPT,
+        "base_seed": 9000,
+        "description": (
+            "gpt-oss (GptOssForCausalLM): per-head attention sinks (init 1.0 z so they take real mass), "
+            "layers 0 and 2 sliding-window (window 4 over a 30-token sequence) and layer 1 full, q/k/v/o "
+            "biases, YaRN RoPE as the real checkpoints (factor 32, original 4096, truncate false, theta "
+            "1.5e5); router linear with a bias, top-2 of 8 on the logits, softmax over the two; fused "
+            "experts gate_up_proj [E, hidden, 2*ffn] (gate/up interleaved) and down_proj [E, ffn, hidden] "
+            "with biases; clamped SwiGLU with swiglu_limit 1.5 (small, so that the clamps bite at these "
+            "magnitudes; see clamp_counts) and alpha 1.702. GQA 4/2, head_dim 16."
+        ),
+    },
 ]
 
 
@@ -554,7 +597,8 @@ CASES = [
 # --------------------------------------------------------------------------------------
 
 SIGMOID_CASES = ("glm4_moe_groups", "minimax_m2_sigmoid")
-INIT_STD = {"matrix": 0.15, "router": 0.3, "embed": 0.3, "lm_head": 0.3, "norm": 0.2, "bias": 0.2, "score_bias": 0.2}
+INIT_STD = {"matrix": 0.15, "router": 0.3, "embed": 0.3, "lm_head": 0.3, "norm": 0.2, "bias": 0.2, "score_bias": 0.2,
+            "sinks": 0.15}
 
 
 def init_weights(model: torch.nn.Module, seed: int, overrides: dict | None = None) -> None:
@@ -572,7 +616,9 @@ def init_weights(model: torch.nn.Module, seed: int, overrides: dict | None = Non
                 p.copy_(1.0 + std["norm"] * z)
             elif name.endswith(".bias"):
                 p.copy_(std["bias"] * z)
-            elif name.endswith("mlp.gate.weight"):
+            elif name.endswith("self_attn.sinks"):
+                p.copy_(std["sinks"] * z)
+            elif name.endswith("mlp.gate.weight") or name.endswith("mlp.router.weight"):
                 p.copy_(std["router"] * z)
             elif "embed_tokens" in name:
                 p.copy_(std["embed"] * z)
@@ -589,7 +635,7 @@ def init_weights(model: torch.nn.Module, seed: int, overrides: dict | None = Non
 def moe_gates(model):
     out = []
     for i, layer in enumerate(model.model.layers):
-        gate = getattr(layer.mlp, "gate", None)
+        gate = getattr(layer.mlp, "gate", None) or getattr(layer.mlp, "router", None)  # gpt-oss: mlp.router
         # dense Qwen2-MoE layers have an MLP whose `gate_proj` is not a router
         if gate is not None and hasattr(layer.mlp, "experts"):
             out.append((i, gate))
@@ -667,6 +713,31 @@ def clip_counts(model, ids: torch.Tensor, clip: float):
     finally:
         for h in hooks:
             h.remove()
+    return counts
+
+
+def swiglu_clamp_counts(model, ids: torch.Tensor, limit: float):
+    """gpt-oss: per layer, how many gate values exceed the limit and up values leave [-limit, limit]."""
+    counts = {}
+    originals = {}
+    for i, layer in enumerate(model.model.layers):
+        experts = layer.mlp.experts
+        originals[i] = experts._apply_gate
+
+        def counted(gate_up, i=i, f=experts._apply_gate):
+            g, u = gate_up[..., ::2], gate_up[..., 1::2]
+            c = counts.setdefault(str(i), [0, 0, 0])
+            c[0] += int((g > limit).sum())
+            c[1] += int((u.abs() > limit).sum())
+            c[2] += int(g.numel())
+            return f(gate_up)
+        experts._apply_gate = counted
+    try:
+        with torch.no_grad():
+            model(input_ids=ids)
+    finally:
+        for i, layer in enumerate(model.model.layers):
+            layer.mlp.experts._apply_gate = originals[i]
     return counts
 
 
@@ -812,6 +883,20 @@ def save_case(case, seed, attempts, res, input_ids, tok: Tokenizer, tok_name: st
             "greedy_tokens of the same model with every matrix except the routers rounded to bf16 (what "
             "colibri-model convert --dtype bf16 stores): the sigmoid routers' small margins make bf16 rounding "
             "change the continuation, so a bf16 image is held to this sequence")
+    if case["name"] == "gpt_oss_sinks":
+        rounded_logits, rounded_greedy = bf16_rounded_run(model, input_ids)
+        write_f32(out / "bf16_logits.bin", rounded_logits)
+        extra["bf16_logits_file"] = "bf16_logits.bin"
+        extra["bf16_logits_note"] = (
+            "transformers' prompt logits with every matrix the bf16 image rounds (rank >= 2, neither the "
+            "router nor a bias) rounded to bf16: what a bf16 image must reproduce up to fp32 arithmetic")
+        extra["bf16_rounding_max_abs_diff"] = float(f"{float((rounded_logits - prompt_logits).abs().max()):.3g}")
+        extra["bf16_greedy_tokens"] = rounded_greedy
+        extra["clamp_counts"] = {
+            "what": "per layer: [gate values above swiglu_limit, up values outside +-swiglu_limit, values], over "
+                    "the experts' gate_up outputs of prompt + greedy tokens",
+            "layers": swiglu_clamp_counts(model, full, cfg.swiglu_limit),
+        }
     if case["name"] == "olmoe_clip":
         cc = clip_counts(model, full, cfg.clip_qkv)
         extra["clip_counts"] = {
@@ -876,6 +961,24 @@ def save_case(case, seed, attempts, res, input_ids, tok: Tokenizer, tok_name: st
     }
     write_json(out / "oracle.json", oracle)
     return out
+
+
+def bf16_rounded_run(model, input_ids: list[int]):
+    """Prompt logits and greedy tokens with the matrices a bf16 image rounds in bf16 (gpt-oss:
+    the router and the rank-2 expert biases stay f32, as in the image)."""
+    import copy
+    rounded = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, p in rounded.named_parameters():
+            if p.dim() > 1 and not name.endswith("router.weight") and not name.endswith("_bias"):
+                p.copy_(p.to(torch.bfloat16).float())
+    ids = torch.tensor([input_ids], dtype=torch.long)
+    with torch.no_grad():
+        logits = rounded(input_ids=ids).logits[0].float().contiguous()
+        gen = rounded.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=GenerationConfig(
+            max_new_tokens=N_GREEDY, do_sample=False, num_beams=1, eos_token_id=None, pad_token_id=0,
+            bos_token_id=None, use_cache=True))
+    return logits, [int(t) for t in gen[0][len(input_ids):]]
 
 
 def bf16_greedy(model, input_ids: list[int]) -> list[int]:

@@ -60,7 +60,12 @@ def load_hparams(cfg: dict) -> dict:
     hp["rotary_dim"] = int(hp["head_dim"] * factor)
     hp["yarn"] = rp if rp.get("rope_type") == "yarn" else None
     assert rp.get("rope_type", "default") in ("default", "yarn") and not cfg.get("rope_scaling"), "default or yarn RoPE"
-    if mt in ("qwen2_moe", "qwen3_moe"):
+    hp["gpt_oss"] = mt == "gpt_oss"
+    if mt == "gpt_oss":  # sliding layers by layer_types; clamped SwiGLU
+        hp["sliding"] = [t == "sliding_attention" for t in cfg["layer_types"]]
+        hp["window"] = cfg["sliding_window"]
+        hp["limit"], hp["alpha"] = cfg["swiglu_limit"], cfg["swiglu_alpha"]
+    elif mt in ("qwen2_moe", "qwen3_moe"):
         assert not cfg.get("use_sliding_window"), "sliding window not modelled"
     else:
         assert cfg.get("sliding_window") in (None, 0), "sliding window not modelled"
@@ -113,7 +118,7 @@ def rope(x, pos, theta, rotary_dim=None, yarn=None):
 
 
 def is_moe_layer(hp, i):
-    if hp["family"] in ("mixtral", "olmoe", "minimax_m2"):
+    if hp["family"] in ("mixtral", "olmoe", "minimax_m2", "gpt_oss"):
         return True
     if hp["family"] == "glm4_moe":
         return i >= hp["first_k_dense"]
@@ -154,9 +159,18 @@ def forward(d: Path, ids: list[int]) -> np.ndarray:
         q = rope(q, pos, hp["rope_theta"], hp["rotary_dim"], hp["yarn"])
         k = rope(k, pos, hp["rope_theta"], hp["rotary_dim"], hp["yarn"])
         att = np.empty((T, H, hd))
+        m_i = mask
+        if hp["gpt_oss"] and hp["sliding"][i]:  # a query sees keys j with i - window < j <= i
+            m_i = mask + np.tril(np.full((T, T), -np.inf), -hp["window"])
         for hh in range(H):
             kvh = hh // (H // KV)
-            s = q[:, hh, :] @ k[:, kvh, :].T / np.sqrt(hd) + mask
+            s = q[:, hh, :] @ k[:, kvh, :].T / np.sqrt(hd) + m_i
+            if hp["gpt_oss"]:  # a learned sink logit per head joins the softmax and adds no value
+                sink = np.full((T, 1), W[p + "self_attn.sinks"][hh])
+                full = np.concatenate([s, sink], -1)
+                e = np.exp(full - full.max(-1, keepdims=True))
+                att[:, hh, :] = (e[:, :-1] / e.sum(-1, keepdims=True)) @ v[:, kvh, :]
+                continue
             s = np.exp(s - s.max(-1, keepdims=True))
             att[:, hh, :] = (s / s.sum(-1, keepdims=True)) @ v[:, kvh, :]
         x = x + lin(p + "self_attn.o_proj", att.reshape(T, H * hd))
@@ -165,6 +179,22 @@ def forward(d: Path, ids: list[int]) -> np.ndarray:
         if not is_moe_layer(hp, i):
             m = p + "mlp."
             x = x + lin(m + "down_proj", silu(lin(m + "gate_proj", h)) * lin(m + "up_proj", h))
+            continue
+        if hp["gpt_oss"]:  # biased router, softmax over the top-k logits, fused biased experts
+            m = p + "mlp."
+            logits = lin(m + "router", h)
+            out = np.zeros_like(h)
+            L, A = hp["limit"], hp["alpha"]
+            for t in range(T):
+                order = sorted(range(hp["experts"]), key=lambda e: (-logits[t, e], e))[: hp["top_k"]]
+                w = np.exp(logits[t, order] - logits[t, order].max())
+                w = w / w.sum()
+                for e, we in zip(order, w):
+                    gu = h[t] @ W[m + "experts.gate_up_proj"][e] + W[m + "experts.gate_up_proj_bias"][e]
+                    g, u = np.minimum(gu[::2], L), np.clip(gu[1::2], -L, L)
+                    y = (u + 1) * (g / (1.0 + np.exp(-A * g)))
+                    out[t] += we * (y @ W[m + "experts.down_proj"][e] + W[m + "experts.down_proj_bias"][e])
+            x = x + out
             continue
         if fam in ("mixtral", "minimax_m2"):
             m = p + "block_sparse_moe."
