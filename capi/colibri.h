@@ -455,6 +455,17 @@ typedef struct colibri_model_info {
   const char *rope_scaling;         /* "none" or "yarn" (docs/architecture.md §3) */
   double rope_factor;               /* yarn's context factor (1 with "none") */
   double rope_attention_factor;     /* yarn's cos/sin multiplier (1 with "none") */
+  /* Appended: gpt-oss's attention and experts (docs/architecture.md §4); 0 / "silu" elsewhere. */
+  uint64_t sliding_window;          /* positions a sliding-window layer attends to, its own
+                                       included (0: no sliding layer) */
+  uint64_t sliding_layer_count;     /* layers with sliding-window attention (the rest: full) */
+  uint32_t attention_sinks;         /* 1: a learned sink logit per head joins the softmax */
+  uint32_t attention_output_bias;   /* 1: the output projection has a bias */
+  uint32_t router_bias;             /* 1: the router linear has a bias */
+  uint32_t expert_bias;             /* 1: the experts' gate, up and down projections have biases */
+  const char *expert_activation;    /* "silu" (SiLU(gate) * up) or "swiglu_clamped" (gpt-oss) */
+  double swiglu_limit;              /* swiglu_clamped: gate clamped above, up to +-limit (else 0) */
+  double swiglu_alpha;              /* swiglu_clamped: gate * sigmoid(alpha * gate) (else 0) */
 } colibri_model_info;
 
 /* Fills *info (set info->struct_size first). Thread-safe. Errors: INVALID_ARGUMENT. */

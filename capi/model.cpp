@@ -1,5 +1,6 @@
 // capi/model.cpp — colibri_model_*: open an image with options, close (reference-counted:
 // sessions keep the model alive), the info struct, EOS ids, metadata and the tensor listing.
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 
@@ -224,6 +225,15 @@ COLIBRI_API int32_t colibri_model_get_info(const colibri_model *model, colibri_m
     i.rope_scaling = c.rope_scaling.c_str();
     i.rope_factor = c.rope_factor;
     i.rope_attention_factor = c.rope_attention_factor;
+    i.sliding_layer_count = static_cast<uint64_t>(std::count(c.layer_is_sliding.begin(), c.layer_is_sliding.end(), 1));
+    i.sliding_window = i.sliding_layer_count > 0 ? c.sliding_window : 0;
+    i.attention_sinks = c.attention_sinks ? 1 : 0;
+    i.attention_output_bias = c.attention_output_bias ? 1 : 0;
+    i.router_bias = c.router_bias ? 1 : 0;
+    i.expert_bias = c.expert_bias ? 1 : 0;
+    i.expert_activation = c.expert_activation.c_str();
+    i.swiglu_limit = c.swiglu_limit;
+    i.swiglu_alpha = c.swiglu_alpha;
     return capi::write_output(info, i, kModelInfoAbi1, "colibri_model_info");
   });
 }

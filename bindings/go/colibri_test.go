@@ -184,6 +184,10 @@ func TestModelInfoAndTokenizer(t *testing.T) {
 	if info.Family != "mixtral" || info.VocabSize != 512 || info.TopK != 2 || info.ExpertCount != 8 || !info.HasTokenizer {
 		t.Fatalf("info: %+v", info)
 	}
+	if info.SlidingWindow != 0 || info.SlidingLayerCount != 0 || info.AttentionSinks || info.RouterBias ||
+		info.ExpertBias || info.ExpertActivation != "silu" || info.SwiGLULimit != 0 {
+		t.Fatalf("gpt-oss fields of a Mixtral: %+v", info)
+	}
 	tensors, err := m.Tensors()
 	if err != nil || len(tensors) != info.TensorCount || len(tensors) == 0 || tensors[0].Name == "" {
 		t.Fatalf("tensors: %d %v", len(tensors), err)

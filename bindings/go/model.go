@@ -274,6 +274,16 @@ type ModelInfo struct {
 	RopeScaling         string // "none" or "yarn"
 	RopeFactor          float64
 	RopeAttentionFactor float64
+	// gpt-oss's attention and experts (0 / "silu" for the other families).
+	SlidingWindow       int // positions a sliding-window layer attends to (0: none)
+	SlidingLayerCount   int
+	AttentionSinks      bool
+	AttentionOutputBias bool
+	RouterBias          bool
+	ExpertBias          bool
+	ExpertActivation    string // "silu" or "swiglu_clamped"
+	SwiGLULimit         float64
+	SwiGLUAlpha         float64
 
 	WeightDType     DType
 	WeightGroupSize int
@@ -311,7 +321,12 @@ func modelInfoFrom(i *C.colibri_model_info) ModelInfo {
 		RoutedScalingFactor: float64(i.routed_scaling_factor), TopKNormEpsilon: float64(i.topk_norm_epsilon),
 		RopeScaling: C.GoString(i.rope_scaling), RopeFactor: float64(i.rope_factor),
 		RopeAttentionFactor: float64(i.rope_attention_factor),
-		WeightDType:         DType(i.weight_dtype), WeightGroupSize: int(i.weight_group_size),
+		SlidingWindow:       int(i.sliding_window), SlidingLayerCount: int(i.sliding_layer_count),
+		AttentionSinks: i.attention_sinks != 0, AttentionOutputBias: i.attention_output_bias != 0,
+		RouterBias: i.router_bias != 0, ExpertBias: i.expert_bias != 0,
+		ExpertActivation: C.GoString(i.expert_activation),
+		SwiGLULimit:      float64(i.swiglu_limit), SwiGLUAlpha: float64(i.swiglu_alpha),
+		WeightDType: DType(i.weight_dtype), WeightGroupSize: int(i.weight_group_size),
 		TensorCount: int(i.tensor_count),
 		BOSTokenID:  int32(i.bos_token_id), EOSTokenID: int32(i.eos_token_id), PadTokenID: int32(i.pad_token_id),
 		EOSTokenCount: int(i.eos_token_count), AddBOSToken: i.add_bos_token != 0,

@@ -125,8 +125,9 @@ int run_convert(int argc, char **argv) {
     for (const std::string &name : report.ignored)
       std::printf("note: left out '%s' (the model does not use it)\n", name.c_str());
     double mb_per_s = report.seconds > 0 ? static_cast<double>(report.source_bytes) / 1e6 / report.seconds : 0.0;
-    std::printf("wrote %s: %s, %zu tensors, %s weights, %s, in %.1f s (%.0f MB/s)\n", request.output.c_str(),
+    std::printf("wrote %s: %s, %zu tensors, %s weights%s, %s, in %.1f s (%.0f MB/s)\n", request.output.c_str(),
                 report.architecture.c_str(), report.tensor_count, image::dtype_name(report.dtype),
+                report.mxfp4_experts_kept ? " (experts mxfp4, as the checkpoint stores them)" : "",
                 util::human_bytes(report.image_bytes).c_str(), report.seconds, mb_per_s);
   }
   return kExitOk;

@@ -197,6 +197,14 @@ Error convert_checkpoint(const ConvertOptions &options, ConvertReport *report) {
     policy.has_override[static_cast<size_t>(c)] = true;
     policy.override_dtype[static_cast<size_t>(c)] = class_dtype;
   }
+  // An MXFP4 checkpoint's experts stay MXFP4 (block for block, no re-quantisation) unless
+  // --dtype or an experts override says otherwise; the other classes take the float default.
+  const size_t experts_class = static_cast<size_t>(model::names::TensorClass::Experts);
+  if (!options.dtype && plan.mxfp4_experts() && !policy.has_override[experts_class]) {
+    policy.has_override[experts_class] = true;
+    policy.override_dtype[experts_class] = image::DType::MXFP4;
+    report->mxfp4_experts_kept = true;
+  }
   if (std::string why = model::names::policy_error(policy); !why.empty())
     return make_error(ErrorKind::InvalidArgument, why);
   assign_dtypes(&plan, policy);

@@ -39,6 +39,7 @@ struct ConvertOptions {
 struct ConvertReport {
   std::string architecture;           // e.g. "MixtralForCausalLM"
   image::DType dtype = image::DType::F16;  // the requested (or default) dtype
+  bool mxfp4_experts_kept = false;         // an MXFP4 checkpoint's experts were copied as MXFP4
   size_t tensor_count = 0;
   uint64_t source_bytes = 0;          // tensor bytes read from the checkpoint
   uint64_t image_bytes = 0;           // size of the written image

@@ -358,10 +358,15 @@ Error check_unsupported_features(ConfigReader &reader, const FamilyInfo &family)
     std::string method = "unknown";
     if (quant->is_object() && quant->contains("quant_method") && (*quant)["quant_method"].is_string())
       method = (*quant)["quant_method"].get<std::string>();
-    return make_error(ErrorKind::Unsupported,
-                      "config.json: quantization_config (quant_method '" + method +
-                          "'): quantized checkpoints are not supported yet; convert the original f32/f16/bf16 "
-                          "checkpoint and use --dtype q8");
+    // gpt-oss as OpenAI ships it: MXFP4 experts (*_blocks / *_scales), everything else bf16; the
+    // tensor plan reads them (Mxfp4Source) and the image keeps them MXFP4.
+    const bool mxfp4_experts = method == "mxfp4" && family.fused_experts;
+    if (!mxfp4_experts)
+      return make_error(ErrorKind::Unsupported,
+                        "config.json: quantization_config (quant_method '" + method + "'): " +
+                            (method == "mxfp4" ? "MXFP4 checkpoints are not supported yet outside gpt-oss (GptOssForCausalLM)"
+                                               : "this quantized checkpoint format is not supported yet") +
+                            "; convert the original f32/f16/bf16 checkpoint and use --dtype q8, q4 or mxfp4");
   }
   std::string act = reader.optional_string("hidden_act", "silu");
   if (act != "silu") return unsupported("hidden_act '" + act + "' (experts use SiLU / SwiGLU)");

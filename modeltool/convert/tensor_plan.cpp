@@ -6,6 +6,7 @@
 #include <set>
 #include <unordered_set>
 
+#include "image/dtype_convert.h"
 #include "model/tensor_names.h"
 #include "util/strings.h"
 
@@ -21,25 +22,39 @@ struct Wanted {
   std::string image_name;
   std::vector<uint64_t> image_shape;
   std::vector<std::string> source_names;  // one, or one per expert
-  std::vector<uint64_t> source_shape;     // shape of each source
+  std::vector<uint64_t> source_shape;     // shape of each source (MXFP4: of the blocks)
   SourceSlice slice;                      // non-identity: one source, re-laid out
+  Mxfp4Source mxfp4;                      // used: source_names = {blocks, scales}
+  std::vector<uint64_t> scales_shape;     // MXFP4: shape of the scales
 };
 
 // Collects the wanted tensors of one model, in image order.
 class MappingBuilder {
  public:
   void single(std::string image_name, std::string source, std::vector<uint64_t> shape) {
-    wanted_.push_back({std::move(image_name), shape, {std::move(source)}, shape, SourceSlice{}});
+    wanted_.push_back({std::move(image_name), shape, {std::move(source)}, shape, SourceSlice{}, {}, {}});
   }
   void stacked(std::string image_name, std::vector<std::string> sources, std::vector<uint64_t> per_source_shape) {
     std::vector<uint64_t> shape = per_source_shape;
     shape.insert(shape.begin(), sources.size());
-    wanted_.push_back({std::move(image_name), std::move(shape), std::move(sources), std::move(per_source_shape), SourceSlice{}});
+    wanted_.push_back(
+        {std::move(image_name), std::move(shape), std::move(sources), std::move(per_source_shape), SourceSlice{}, {}, {}});
   }
   // One source re-laid out (SourceSlice) into an image tensor of image_shape.
   void sliced(std::string image_name, std::string source, std::vector<uint64_t> source_shape,
               std::vector<uint64_t> image_shape, SourceSlice slice) {
-    wanted_.push_back({std::move(image_name), std::move(image_shape), {std::move(source)}, std::move(source_shape), slice});
+    wanted_.push_back(
+        {std::move(image_name), std::move(image_shape), {std::move(source)}, std::move(source_shape), slice, {}, {}});
+  }
+  // OpenAI's MXFP4 experts `<base>_blocks` / `<base>_scales` into an image tensor [E, out, in]
+  // (Mxfp4Source): the blocks [E, R, in/32, 16], every row_stride-th row from row_offset kept.
+  void mxfp4(std::string image_name, const std::string &base, uint64_t source_rows, std::vector<uint64_t> image_shape,
+             uint32_t row_stride, uint32_t row_offset) {
+    const uint64_t experts = image_shape[0], groups = image_shape[2] / image::kMxfp4GroupSize;
+    Wanted w{std::move(image_name), std::move(image_shape), {base + "_blocks", base + "_scales"},
+             {experts, source_rows, groups, image::kMxfp4GroupSize / 2}, SourceSlice{},
+             Mxfp4Source{true, row_stride, row_offset}, {experts, source_rows, groups}};
+    wanted_.push_back(std::move(w));
   }
   std::vector<Wanted> take() { return std::move(wanted_); }
 
@@ -49,7 +64,8 @@ class MappingBuilder {
 
 // The tensors `config` implies, with the names `family`'s checkpoints use (transformers
 // modeling_<family>.py module paths + ".weight" / ".bias").
-std::vector<Wanted> wanted_tensors(const FamilyInfo &family, const model::ModelConfig &c) {
+std::vector<Wanted> wanted_tensors(const FamilyInfo &family, const model::ModelConfig &c,
+                                   const SafetensorsCheckpoint &checkpoint) {
   const uint64_t hidden = c.hidden_size, q_dim = c.head_count * c.head_dim, kv_dim = c.kv_head_count * c.head_dim;
   MappingBuilder m;
   m.single(names::kTokenEmbedding, "model.embed_tokens.weight", {c.vocab_size, hidden});
@@ -86,9 +102,17 @@ std::vector<Wanted> wanted_tensors(const FamilyInfo &family, const model::ModelC
       m.single(blk(names::kRouter), moe + "router.weight", {E, hidden});
       m.single(blk(names::kRouterBias), moe + "router.bias", {E});
       const std::string experts = moe + "experts.";
-      m.sliced(blk(names::kExpertsGate), experts + "gate_up_proj", {E, hidden, 2 * ffn}, {E, ffn, hidden}, {true, 2, 0});
-      m.sliced(blk(names::kExpertsUp), experts + "gate_up_proj", {E, hidden, 2 * ffn}, {E, ffn, hidden}, {true, 2, 1});
-      m.sliced(blk(names::kExpertsDown), experts + "down_proj", {E, ffn, hidden}, {E, hidden, ffn}, {true, 1, 0});
+      // OpenAI's checkpoints ship the experts in MXFP4 (quantization_config quant_method "mxfp4"):
+      // gate_up_proj_blocks / _scales and down_proj_blocks / _scales, rows = output features.
+      if (checkpoint.find(experts + "gate_up_proj_blocks") || checkpoint.find(experts + "down_proj_blocks")) {
+        m.mxfp4(blk(names::kExpertsGate), experts + "gate_up_proj", 2 * ffn, {E, ffn, hidden}, 2, 0);
+        m.mxfp4(blk(names::kExpertsUp), experts + "gate_up_proj", 2 * ffn, {E, ffn, hidden}, 2, 1);
+        m.mxfp4(blk(names::kExpertsDown), experts + "down_proj", hidden, {E, hidden, ffn}, 1, 0);
+      } else {
+        m.sliced(blk(names::kExpertsGate), experts + "gate_up_proj", {E, hidden, 2 * ffn}, {E, ffn, hidden}, {true, 2, 0});
+        m.sliced(blk(names::kExpertsUp), experts + "gate_up_proj", {E, hidden, 2 * ffn}, {E, ffn, hidden}, {true, 2, 1});
+        m.sliced(blk(names::kExpertsDown), experts + "down_proj", {E, ffn, hidden}, {E, hidden, ffn}, {true, 1, 0});
+      }
       m.sliced(blk(names::kExpertsGateBias), experts + "gate_up_proj_bias", {E, 2 * ffn}, {E, ffn}, {false, 2, 0});
       m.sliced(blk(names::kExpertsUpBias), experts + "gate_up_proj_bias", {E, 2 * ffn}, {E, ffn}, {false, 2, 1});
       m.single(blk(names::kExpertsDownBias), experts + "down_proj_bias", {E, hidden});
@@ -186,7 +210,7 @@ Error plan_tensors(const FamilyInfo &family, const model::ModelConfig &config, c
                                 family.architecture, static_cast<unsigned long long>(needed),
                                 static_cast<unsigned long long>(config.layer_count),
                                 static_cast<unsigned long long>(config.expert_count), checkpoint.tensors().size()));
-  std::vector<Wanted> wanted = wanted_tensors(family, config);
+  std::vector<Wanted> wanted = wanted_tensors(family, config, checkpoint);
 
   std::vector<std::string> missing;
   for (const Wanted &w : wanted)
@@ -206,15 +230,35 @@ Error plan_tensors(const FamilyInfo &family, const model::ModelConfig &config, c
     planned.spec.name = w.image_name;
     planned.spec.shape = w.image_shape;
     planned.slice = w.slice;
-    for (const std::string &source : w.source_names) {
+    planned.mxfp4 = w.mxfp4;
+    if (w.mxfp4.used && w.image_shape.back() % image::kMxfp4GroupSize != 0)
+      return make_error(ErrorKind::Corrupt,
+                        strprintf("'%s' holds MXFP4 experts, but config.json gives them rows of %llu values, not a "
+                                  "multiple of the MXFP4 group of %u; check that config.json belongs to this checkpoint",
+                                  w.source_names.front().c_str(), static_cast<unsigned long long>(w.image_shape.back()),
+                                  image::kMxfp4GroupSize));
+    for (size_t k = 0; k < w.source_names.size(); ++k) {
+      const std::string &source = w.source_names[k];
       const SafetensorsTensor *t = checkpoint.find(source);
       const std::string &shard = checkpoint.shards()[t->shard]->name();
-      if (t->shape != w.source_shape)
+      const std::vector<uint64_t> &expected = w.mxfp4.used && k == 1 ? w.scales_shape : w.source_shape;
+      if (t->shape != expected)
         return make_error(ErrorKind::Corrupt,
                           strprintf("tensor '%s' in '%s' has shape %s, expected %s (for %s, from config.json); check "
                                     "that config.json belongs to this checkpoint",
                                     source.c_str(), shard.c_str(), shape_string(t->shape).c_str(),
-                                    shape_string(w.source_shape).c_str(), w.image_name.c_str()));
+                                    shape_string(expected).c_str(), w.image_name.c_str()));
+      if (w.mxfp4.used) {  // blocks and scales are raw bytes
+        if (t->dtype != "U8")
+          return make_error(ErrorKind::Corrupt,
+                            strprintf("tensor '%s' in '%s' has dtype %s; MXFP4 %s are U8 (as OpenAI's gpt-oss "
+                                      "checkpoints store them)",
+                                      source.c_str(), shard.c_str(), t->dtype.c_str(), k == 0 ? "blocks" : "scales"));
+        dtypes.insert(image::dtype_name(image::DType::MXFP4));
+        used.insert(source);
+        planned.sources.push_back(t);
+        continue;
+      }
       image::DType decoded;
       if (!source_float_dtype(t->dtype, &decoded))
         return make_error(ErrorKind::Unsupported,
@@ -243,10 +287,17 @@ Error plan_tensors(const FamilyInfo &family, const model::ModelConfig &config, c
   return {};
 }
 
+bool TensorPlan::mxfp4_experts() const {
+  return std::any_of(tensors.begin(), tensors.end(), [](const PlannedTensor &t) { return t.mxfp4.used; });
+}
+
 image::DType default_dtype(const TensorPlan &plan) {
-  image::DType dtype = image::DType::F16;
-  if (plan.source_dtypes.size() == 1 && image::dtype_from_name(plan.source_dtypes.front().c_str(), &dtype)) return dtype;
-  return image::DType::F16;
+  std::vector<image::DType> floats;
+  for (const std::string &name : plan.source_dtypes) {
+    image::DType dtype;
+    if (image::dtype_from_name(name.c_str(), &dtype) && !image::is_block_dtype(dtype)) floats.push_back(dtype);
+  }
+  return floats.size() == 1 ? floats.front() : image::DType::F16;
 }
 
 void assign_dtypes(TensorPlan *plan, const names::StoragePolicy &policy) {

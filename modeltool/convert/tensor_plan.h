@@ -31,18 +31,33 @@ struct SourceSlice {
   bool identity() const { return !transpose && column_stride == 1; }
 };
 
+// OpenAI's MXFP4 experts (gpt-oss as shipped): the sources are `<p>_blocks` [E, R, G, 16] and
+// `<p>_scales` [E, R, G], both U8. Row r of an expert holds G groups of 32 e2m1 codes (byte j of a
+// group: element 2j in its low nibble, 2j + 1 in its high one) with one e8m0 scale each; the
+// image's rows of that expert are source rows row_offset, row_offset + row_stride, ... (gate and up
+// interleave: even rows gate, odd rows up). Already [out, in]: no transposition.
+struct Mxfp4Source {
+  bool used = false;
+  uint32_t row_stride = 1;
+  uint32_t row_offset = 0;
+};
+
 struct PlannedTensor {
   image::TensorSpec spec;                          // name, shape and (after assign_dtypes) dtype in the image
   std::vector<const SafetensorsTensor *> sources;  // in stacking order; each has shape spec.shape minus a
                                                    // leading expert dimension when there are several
+                                                   // (MXFP4: {blocks, scales})
   SourceSlice slice;                               // non-identity: one source, re-laid out (see above)
+  Mxfp4Source mxfp4;                               // used: the sources are MXFP4 blocks and scales
   uint64_t source_bytes() const;
 };
 
 struct TensorPlan {
   std::vector<PlannedTensor> tensors;       // image order
   std::vector<std::string> ignored;         // checkpoint tensors left out on purpose (tied lm_head, inv_freq)
-  std::vector<std::string> source_dtypes;   // sorted, unique dtypes of the sources, as image dtype names ("bf16")
+  std::vector<std::string> source_dtypes;   // sorted, unique dtypes of the sources, as image dtype names ("bf16",
+                                            // "mxfp4" for MXFP4 experts)
+  bool mxfp4_experts() const;               // some tensor has MXFP4 sources
 };
 
 // Maps `checkpoint` onto the image tensors `config` implies, using `family`'s names.
@@ -51,14 +66,15 @@ struct TensorPlan {
 Error plan_tensors(const FamilyInfo &family, const model::ModelConfig &config, const SafetensorsCheckpoint &checkpoint,
                    TensorPlan *plan);
 
-// The --dtype default: the sources' float type when they all share one, else f16.
+// The --dtype default: the float sources' type when they all share one, else f16 (MXFP4 experts
+// are not float sources: the converter keeps them MXFP4 unless told otherwise).
 image::DType default_dtype(const TensorPlan &plan);
 
 // Sets every tensor's stored dtype and group size (model::names::storage_choice: norms,
 // biases and routers stay f32; a block dtype falls back where the row length does not divide).
 void assign_dtypes(TensorPlan *plan, const model::names::StoragePolicy &policy);
 
-// The image dtype a supported safetensors dtype decodes from (F32, F16, BF16); false otherwise.
+// The image dtype a supported safetensors float dtype decodes from (F32, F16, BF16); false otherwise.
 bool source_float_dtype(const std::string &safetensors_dtype, image::DType *out);
 
 }  // namespace colibri::modeltool::convert

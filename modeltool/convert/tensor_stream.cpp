@@ -2,6 +2,7 @@
 #include "modeltool/convert/tensor_stream.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "image/dtype_convert.h"
 #include "modeltool/cli_support.h"
@@ -15,6 +16,7 @@ Error TensorStreamer::write(const SafetensorsCheckpoint &checkpoint, const Plann
   const uint32_t group = tensor.spec.group_size;
   const uint64_t cols = tensor.spec.shape.back();  // rows run along the last dimension (q8 groups too)
 
+  if (tensor.mxfp4.used) return write_mxfp4(checkpoint, tensor, writer, on_progress);
   if (!tensor.slice.identity()) return write_sliced(checkpoint, tensor, writer, on_progress);
   for (const SafetensorsTensor *source : tensor.sources) {
     image::DType decoded;
@@ -122,6 +124,94 @@ Error TensorStreamer::write_sliced(const SafetensorsCheckpoint &checkpoint, cons
     checkpoint.release(*source, matrix, source_matrix_bytes);
     if (error) return error;
     on_progress(source_matrix_bytes);
+  }
+  return {};
+}
+
+// MXFP4 experts (Mxfp4Source): one expert's blocks and scales at a time. Every kept row is
+// decoded to f32 first, so that a scale the values cannot take (e8m0 255 is NaN; 254 makes codes
+// of magnitude 2 and more overflow f32) is refused by name as in any other source; an mxfp4 image
+// tensor then gets the checkpoint's blocks re-packed (mxfp4_block_from_checkpoint: the same codes
+// and scale), any other dtype the decoded values encoded.
+Error TensorStreamer::write_mxfp4(const SafetensorsCheckpoint &checkpoint, const PlannedTensor &tensor,
+                                  image::ImageWriter *writer, const std::function<void(uint64_t)> &on_progress) {
+  const image::DType stored = tensor.spec.dtype;
+  const uint32_t group = tensor.spec.group_size;
+  const Mxfp4Source &layout = tensor.mxfp4;
+  if (tensor.sources.size() != 2 || tensor.sources[0]->shape.size() != 4 || layout.row_stride == 0)
+    return make_error(ErrorKind::Internal, "unplanned MXFP4 source for " + tensor.spec.name);
+  const SafetensorsTensor *blocks = tensor.sources[0], *scales = tensor.sources[1];
+  const uint64_t experts = blocks->shape[0], source_rows = blocks->shape[1], groups = blocks->shape[2];
+  const uint64_t group_bytes = image::kMxfp4GroupSize / 2, cols = groups * image::kMxfp4GroupSize;
+  const uint64_t out_rows = tensor.spec.shape[1];
+  if (tensor.spec.shape.size() != 3 || tensor.spec.shape[0] != experts || tensor.spec.shape[2] != cols ||
+      (out_rows - 1) * layout.row_stride + layout.row_offset >= source_rows)
+    return make_error(ErrorKind::Internal, "MXFP4 source and image shapes disagree for " + tensor.spec.name);
+  const uint64_t blocks_per_expert = source_rows * groups * group_bytes, scales_per_expert = source_rows * groups;
+  const uint64_t out_row_bytes = image::row_bytes(stored, group, cols);
+  const bool copy_blocks = stored == image::DType::MXFP4 && group == image::kMxfp4GroupSize;
+  const unsigned char *blocks_base = checkpoint.data(*blocks), *scales_base = checkpoint.data(*scales);
+  rows_.resize(out_rows * cols);
+  encoded_.resize(out_rows * out_row_bytes);
+  bad_column_.resize(out_rows);
+  for (uint64_t e = 0; e < experts; ++e) {
+    if (interrupted()) return interrupted_error();
+    const unsigned char *expert_blocks = blocks_base + e * blocks_per_expert;
+    const unsigned char *expert_scales = scales_base + e * scales_per_expert;
+    pool_.parallel_for(out_rows, [&](size_t r, size_t) {
+      const uint64_t source_row = r * layout.row_stride + layout.row_offset;
+      const unsigned char *row_blocks = expert_blocks + source_row * groups * group_bytes;
+      const unsigned char *row_scales = expert_scales + source_row * groups;
+      float *row = rows_.data() + r * cols;
+      for (uint64_t g = 0; g < groups; ++g) {
+        const float scale = image::e8m0_value(row_scales[g]);
+        for (uint64_t j = 0; j < group_bytes; ++j) {
+          const uint8_t byte = row_blocks[g * group_bytes + j];
+          row[g * image::kMxfp4GroupSize + 2 * j] = scale * image::e2m1_value(byte & 0x0F);
+          row[g * image::kMxfp4GroupSize + 2 * j + 1] = scale * image::e2m1_value(byte >> 4);
+        }
+      }
+      const size_t non_finite = image::first_non_finite(row, cols);
+      bad_column_[r] = non_finite != cols ? non_finite : image::first_unstorable(stored, row, cols);
+      if (bad_column_[r] != cols) return;
+      unsigned char *out = encoded_.data() + r * out_row_bytes;
+      if (copy_blocks)
+        for (uint64_t g = 0; g < groups; ++g)
+          image::mxfp4_block_from_checkpoint(row_blocks + g * group_bytes, row_scales[g], out + g * image::kMxfp4BlockBytes);
+      else if (image::is_block_dtype(stored))
+        image::quantize_row(stored, group, row, cols, out);
+      else
+        image::encode_floats(stored, row, cols, out);
+    });
+    for (uint64_t r = 0; r < out_rows; ++r) {
+      const size_t bad = bad_column_[r];
+      if (bad == cols) continue;
+      const uint64_t source_row = r * layout.row_stride + layout.row_offset;
+      const float value = rows_[r * cols + bad];
+      return make_error(ErrorKind::NonFinite,
+                        std::isfinite(value)
+                            ? util::strprintf("MXFP4 tensor '%s' holds %g at expert %llu, row %llu, column %zu (image "
+                                              "tensor '%s'): %s. Convert with --dtype %s",
+                                              blocks->name.c_str(), static_cast<double>(value),
+                                              static_cast<unsigned long long>(e),
+                                              static_cast<unsigned long long>(source_row), bad, tensor.spec.name.c_str(),
+                                              image::unstorable_reason(stored), image::storable_alternatives(stored))
+                            : util::strprintf("MXFP4 tensor '%s' decodes to %g at expert %llu, row %llu, column %zu "
+                                              "(scale byte %u of '%s'; e8m0 255 is NaN, and 254 overflows fp32 for "
+                                              "codes of magnitude 2 or more): the checkpoint is damaged; download it "
+                                              "again",
+                                              blocks->name.c_str(), static_cast<double>(value),
+                                              static_cast<unsigned long long>(e),
+                                              static_cast<unsigned long long>(source_row), bad,
+                                              static_cast<unsigned>(expert_scales[source_row * groups +
+                                                                                  bad / image::kMxfp4GroupSize]),
+                                              scales->name.c_str()));
+    }
+    Error error = writer->append(encoded_.data(), encoded_.size());
+    checkpoint.release(*blocks, expert_blocks, blocks_per_expert);
+    checkpoint.release(*scales, expert_scales, scales_per_expert);
+    if (error) return error;
+    on_progress(blocks_per_expert + scales_per_expert);
   }
   return {};
 }

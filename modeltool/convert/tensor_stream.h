@@ -2,7 +2,9 @@
 // into the image writer, a chunk of rows at a time: decode the source rows to f32, encode
 // them to the stored dtype (f32/f16/bf16, or q8 blocks per row), append, then drop the
 // source pages. A source already in the stored dtype is appended straight from the map; a
-// re-laid-out one (SourceSlice: gpt-oss's fused experts) goes one source matrix at a time.
+// re-laid-out one (SourceSlice: gpt-oss's fused experts) goes one source matrix at a time, and
+// so do MXFP4 experts (Mxfp4Source): copied block for block into an mxfp4 image tensor (no value
+// changes), or decoded to f32 and encoded like any source for another stored dtype.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +36,8 @@ class TensorStreamer {
  private:
   Error write_sliced(const SafetensorsCheckpoint &checkpoint, const PlannedTensor &tensor, image::ImageWriter *writer,
                      const std::function<void(uint64_t source_bytes)> &on_progress);
+  Error write_mxfp4(const SafetensorsCheckpoint &checkpoint, const PlannedTensor &tensor, image::ImageWriter *writer,
+                    const std::function<void(uint64_t source_bytes)> &on_progress);
 
   util::ThreadPool &pool_;
   std::vector<float> rows_;               // decoded f32 rows of one chunk

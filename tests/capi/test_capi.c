@@ -5,7 +5,8 @@
  * routes and an expert callback, stats, logging, and handle lifetime rules.
  *
  * Usage: test_capi IMAGE TMPDIR   (IMAGE: tests/fixtures/oracle/mixtral_gqa converted by
- * colibri-model; TMPDIR: a scratch directory that also holds the NaN images make_nan_image wrote)
+ * colibri-model; TMPDIR: a scratch directory that also holds the NaN images make_nan_image wrote
+ * and gpt_oss_mxfp4.colibri, the gpt_oss_mxfp4 fixture converted with no --dtype)
  * The oracle's ids and the logits file come from compile definitions (tests/capi/CMakeLists.txt). */
 #include <math.h>
 #include <stddef.h>
@@ -241,6 +242,9 @@ static void test_model_info_and_tensors(void) {
   CHECK(info.expert_group_count == 1 && info.expert_group_top == 1);
   CHECK(info.routed_scaling_factor == 1.0 && info.topk_norm_epsilon == 0.0);
   CHECK(strcmp(info.rope_scaling, "none") == 0 && info.rope_factor == 1.0 && info.rope_attention_factor == 1.0);
+  CHECK(info.sliding_window == 0 && info.sliding_layer_count == 0 && info.attention_sinks == 0);
+  CHECK(info.attention_output_bias == 0 && info.router_bias == 0 && info.expert_bias == 0);
+  CHECK(strcmp(info.expert_activation, "silu") == 0 && info.swiglu_limit == 0.0 && info.swiglu_alpha == 0.0);
   CHECK(strcmp(info.qk_norm, "none") == 0);
   CHECK(fabs(info.rope_theta - 10000.0) < 1e-9 && fabs(info.rms_norm_eps - 1e-5) < 1e-12);
   CHECK(info.weight_dtype == COLIBRI_DTYPE_F32);
@@ -1298,6 +1302,30 @@ static void test_load_into_memory(colibri_model *mapped) {
   colibri_model_close(loaded);
 }
 
+/* gpt-oss from its MXFP4 checkpoint (tests/fixtures/oracle/gpt_oss_mxfp4, converted as shipped
+ * into TMPDIR by ctest): the appended fields describe its attention and experts, and the expert
+ * weights report their dtype. */
+static void test_gpt_oss_info(const char *tmpdir) {
+  char path[4096];
+  colibri_model *m = NULL;
+  colibri_model_info info;
+  memset(&info, 0, sizeof info);
+  snprintf(path, sizeof path, "%s/gpt_oss_mxfp4.colibri", tmpdir);
+  CHECK_OK(colibri_model_open(path, NULL, &m));
+  if (!m) return;
+  info.struct_size = sizeof info;
+  CHECK_OK(colibri_model_get_info(m, &info));
+  CHECK(strcmp(info.family, "gpt_oss") == 0 && strcmp(info.architecture, "GptOssForCausalLM") == 0);
+  CHECK(info.layer_count == 2 && info.sliding_window == 4 && info.sliding_layer_count == 1);
+  CHECK(info.attention_bias == 1 && info.attention_output_bias == 1 && info.attention_sinks == 1);
+  CHECK(info.router_bias == 1 && info.expert_bias == 1);
+  CHECK(strcmp(info.expert_activation, "swiglu_clamped") == 0);
+  CHECK(info.swiglu_limit == 7.0 && info.swiglu_alpha == 1.702);
+  CHECK(strcmp(info.rope_scaling, "yarn") == 0 && info.rope_factor == 32.0);
+  CHECK(info.weight_dtype == COLIBRI_DTYPE_MXFP4 && info.weight_group_size == 32);
+  colibri_model_close(m);
+}
+
 int main(int argc, char **argv) {
   colibri_model *model;
   const char *tmpdir;
@@ -1311,6 +1339,7 @@ int main(int argc, char **argv) {
   test_options_struct_sizes();
   test_open_errors(tmpdir);
   test_model_info_and_tensors();
+  test_gpt_oss_info(tmpdir);
   model = open_model();
   test_tokenizer(model);
   test_chat_template(model);

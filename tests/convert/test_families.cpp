@@ -151,7 +151,7 @@ TEST_CASE("unsupported features are refused by name", "[families]") {
       {"OlmoeForCausalLM", {{"hidden_act", "gelu"}}, "hidden_act 'gelu'"},
       {"Qwen3MoeForCausalLM", {{"attention_bias", true}}, "attention_bias true"},
       {"MixtralForCausalLM", {{"quantization_config", {{"quant_method", "gptq"}, {"bits", 4}}}}, "quant_method 'gptq'"},
-      {"Qwen3MoeForCausalLM", {{"quantization_config", {{"quant_method", "mxfp4"}}}}, "quantized checkpoints"},
+      {"Qwen3MoeForCausalLM", {{"quantization_config", {{"quant_method", "mxfp4"}}}}, "outside gpt-oss (GptOssForCausalLM)"},
       {"MixtralForCausalLM", {{"partial_rotary_factor", 0.5}}, "partial_rotary_factor"},
   };
   for (const Case &c : cases) {

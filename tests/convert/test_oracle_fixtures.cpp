@@ -406,6 +406,107 @@ TEST_CASE("gpt-oss converts: fused experts sliced and transposed, biases, sinks,
   CHECK(q8->find("blk.0.attn_sinks")->dtype == image::DType::F32);
 }
 
+TEST_CASE("an MXFP4 gpt-oss checkpoint keeps its experts block for block, and --dtype decodes them exactly", "[convert][oracle]") {
+  const std::string dir = fixture_dir("gpt_oss_mxfp4");
+  testing::ScopedTempDir tmp("oracle-gpt-oss-mxfp4");
+  Error e = testing::convert(dir, tmp / "default.colibri");
+  INFO(e.message);
+  REQUIRE_FALSE(e);
+  REQUIRE_FALSE(testing::convert(dir, tmp / "f32.colibri", image::DType::F32));
+  auto img = testing::open_image(tmp / "default.colibri"), f32 = testing::open_image(tmp / "f32.colibri");
+  REQUIRE_FALSE(img->verify_all(1));
+  CHECK(img->metadata()["provenance"]["source_dtypes"] == json::array({"f32", "mxfp4"}));
+
+  // Values, decoded here from OpenAI's layout independently of the converter: blocks
+  // [E, R, G, 16] with byte j of a group holding element 2j (low nibble) and 2j + 1 (high),
+  // scales [E, R, G] e8m0; gate = even rows of gate_up_proj, up = odd rows.
+  modeltool::convert::SafetensorsCheckpoint checkpoint;
+  REQUIRE_FALSE(modeltool::convert::SafetensorsCheckpoint::open(dir, &checkpoint));
+  auto bytes = [&](const std::string &name) {
+    const modeltool::convert::SafetensorsTensor *t = checkpoint.find(name);
+    REQUIRE(t);
+    REQUIRE(t->dtype == "U8");
+    return checkpoint.data(*t);
+  };
+  static const float kE2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+  const size_t E = 8, F = 64, H = 64;
+  size_t value_mismatches = 0, scale_mismatches = 0, checked = 0;
+  for (uint64_t l = 0; l < 2; ++l) {
+    const std::string hf = "model.layers." + std::to_string(l) + ".mlp.experts.";
+    struct Role {
+      const char *image_role;
+      std::string source;
+      size_t rows, cols, source_rows, stride, offset;
+    } roles[3] = {{"ffn_gate_exps", hf + "gate_up_proj", F, H, 2 * F, 2, 0},
+                  {"ffn_up_exps", hf + "gate_up_proj", F, H, 2 * F, 2, 1},
+                  {"ffn_down_exps", hf + "down_proj", H, F, H, 1, 0}};
+    for (const Role &role : roles) {
+      const std::string name = model::names::layer_tensor(l, role.image_role);
+      const image::TensorInfo *t = img->find(name), *t32 = f32->find(name);
+      REQUIRE(t);
+      REQUIRE(t32);
+      CHECK(t->dtype == image::DType::MXFP4);
+      CHECK(t->group_size == 32);
+      CHECK(t32->dtype == image::DType::F32);
+      const unsigned char *blocks = bytes(role.source + "_blocks"), *scales = bytes(role.source + "_scales");
+      const size_t groups = role.cols / 32, row_bytes = groups * image::kMxfp4BlockBytes;
+      std::vector<float> row(role.cols);
+      for (size_t x = 0; x < E; ++x)
+        for (size_t r = 0; r < role.rows; ++r) {
+          const size_t sr = r * role.stride + role.offset;
+          const unsigned char *stored = img->data(*t) + (x * role.rows + r) * row_bytes;
+          image::dequantize_row(image::DType::MXFP4, 32, stored, role.cols, row.data());
+          const float *exact = reinterpret_cast<const float *>(f32->data(*t32)) + (x * role.rows + r) * role.cols;
+          for (size_t c = 0; c < role.cols; ++c) {
+            const size_t g = c / 32, k = c % 32;
+            const uint8_t scale = scales[(x * role.source_rows + sr) * groups + g];
+            const uint8_t byte = blocks[((x * role.source_rows + sr) * groups + g) * 16 + k / 2];
+            const float expected = kE2m1[k % 2 ? byte >> 4 : byte & 0x0F] * std::ldexp(1.0f, int(scale) - 127);
+            value_mismatches += std::memcmp(&row[c], &expected, 4) != 0;
+            value_mismatches += std::memcmp(&exact[c], &expected, 4) != 0;
+            if (k == 0) scale_mismatches += stored[g * image::kMxfp4BlockBytes] != scale;
+            ++checked;
+          }
+        }
+    }
+  }
+  CHECK(checked == 2 * E * 3 * F * H);
+  CHECK(value_mismatches == 0);  // bitwise, so -0 codes stay -0
+  CHECK(scale_mismatches == 0);
+
+  // Everything else keeps the checkpoint's float type (f32 here); --dtype q4 re-quantises the
+  // decoded experts, and the other matrices take the 4-bit companion as for any checkpoint.
+  CHECK(img->find("blk.0.attn_q")->dtype == image::DType::F32);
+  CHECK(img->find("token_embd")->dtype == image::DType::F32);
+  CHECK(img->find("blk.0.ffn_gate_exps_bias")->dtype == image::DType::F32);
+  REQUIRE_FALSE(testing::convert(dir, tmp / "q4.colibri", image::DType::Q4));
+  auto q4 = testing::open_image(tmp / "q4.colibri");
+  CHECK(q4->find("blk.0.ffn_up_exps")->dtype == image::DType::Q4);
+  CHECK(q4->find("blk.0.attn_q")->dtype == image::DType::Q8F16);
+
+  // A damaged scale (e8m0 255 is NaN) is refused by name, and no image is left behind.
+  const std::string bad = tmp / "bad";
+  std::filesystem::create_directories(bad);
+  for (const auto &entry : std::filesystem::directory_iterator(dir))
+    std::filesystem::copy_file(entry.path(), std::filesystem::path(bad) / entry.path().filename());
+  {
+    const std::string st_path = bad + "/model.safetensors";
+    std::string file = testing::read_text(st_path);
+    uint64_t header_size = 0;
+    std::memcpy(&header_size, file.data(), 8);
+    const json header = json::parse(file.substr(8, header_size));
+    const uint64_t begin = header["model.layers.1.mlp.experts.down_proj_scales"]["data_offsets"][0].get<uint64_t>();
+    file[8 + header_size + begin + 5] = static_cast<char>(0xFF);
+    testing::write_text(st_path, file);
+  }
+  e = testing::convert(bad, tmp / "bad.colibri");
+  CHECK(e.kind == ErrorKind::NonFinite);
+  CHECK_THAT(e.message, Catch::Contains("model.layers.1.mlp.experts.down_proj_blocks"));
+  CHECK_THAT(e.message, Catch::Contains("scale byte 255"));
+  CHECK_THAT(e.message, Catch::Contains("download it again"));
+  CHECK_FALSE(std::filesystem::exists(tmp / "bad.colibri"));
+}
+
 TEST_CASE("gpt-oss configs with unusable layer_types or windows are refused by name", "[convert][oracle]") {
   const json base = json::parse(testing::read_text(fixture_dir("gpt_oss_sinks") + "/config.json"));
   const modeltool::convert::FamilyInfo *family = nullptr;

@@ -18,7 +18,8 @@ namespace colibri::testing {
 
 inline const std::vector<std::string> kOracleCases = {"mixtral_gqa", "mixtral_tied_top3", "qwen2_moe_shared",
                                                       "qwen3_moe_qknorm", "olmoe_clip", "glm4_moe_groups",
-                                                      "minimax_m2_sigmoid", "qwen3_moe_yarn", "gpt_oss_sinks"};
+                                                      "minimax_m2_sigmoid", "qwen3_moe_yarn", "gpt_oss_sinks",
+                                                      "gpt_oss_mxfp4"};
 
 struct OracleCase {
   std::string name;
@@ -46,11 +47,12 @@ inline OracleCase load_oracle(const std::string &name) {
 }
 
 // Converts the fixture with colibri-model (any --dtype) into a temp dir; returns the path.
+// dtype "": the converter's default (no --dtype).
 inline std::string convert_fixture(const std::string &name, const std::string &dtype) {
   static const std::string dir = temp_dir("oracle");
-  std::string out = dir + "/" + name + "." + dtype + ".colibri";
-  std::string cmd = std::string(COLIBRI_MODEL_EXE) + " convert " + fixture_dir(name) + " -o " + out + " --dtype " + dtype +
-                    " --force > /dev/null";
+  std::string out = dir + "/" + name + "." + (dtype.empty() ? "default" : dtype) + ".colibri";
+  std::string cmd = std::string(COLIBRI_MODEL_EXE) + " convert " + fixture_dir(name) + " -o " + out +
+                    (dtype.empty() ? "" : " --dtype " + dtype) + " --force > /dev/null";
   if (std::system(cmd.c_str()) != 0) return "";
   return out;
 }

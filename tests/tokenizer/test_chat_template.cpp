@@ -20,7 +20,7 @@ namespace {
 
 const char *const kCases[] = {"mixtral_gqa",      "mixtral_tied_top3", "qwen2_moe_shared",  "qwen3_moe_qknorm",
                               "olmoe_clip",       "glm4_moe_groups",   "minimax_m2_sigmoid", "qwen3_moe_yarn",
-                              "gpt_oss_sinks"};
+                              "gpt_oss_sinks",    "gpt_oss_mxfp4"};
 
 std::vector<ChatMessage> messages_of(const json &array) {
   std::vector<ChatMessage> out;

@@ -58,6 +58,7 @@ from transformers import (  # noqa: E402
     Glm4MoeForCausalLM,
     MiniMaxM2Config,
     MiniMaxM2ForCausalLM,
+    Mxfp4Config,
     MixtralConfig,
     MixtralForCausalLM,
     OlmoeConfig,
@@ -589,6 +590,39 @@ CASES = [
             "magnitudes; see clamp_counts) and alpha 1.702. GQA 4/2, head_dim 16."
         ),
     },
+    {
+        "name": "gpt_oss_mxfp4",
+        "model_cls": GptOssForCausalLM,
+        "config_cls": GptOssConfig,
+        "config": dict(
+            vocab_size=VOCAB, hidden_size=64, head_dim=16, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, num_local_experts=8, num_experts_per_tok=2,
+            sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+            attention_bias=True, swiglu_limit=7.0, swiglu_alpha=1.702, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
+                             "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 4096},
+            rms_norm_eps=1e-5, max_position_embeddings=131072, bos_token_id=None, eos_token_id=509,
+            pad_token_id=509,
+        ),
+        "init": {"sinks": 1.0},
+        "mxfp4_experts": True,
+        "tokenizer": "bytelevel",
+        "chat_template": CHAT_GPT_OSS,
+        "tok_special": dict(bos=None, eos="<|endoftext|>", pad="<|endoftext|>"),
+        "gen": dict(bos_token_id=None, eos_token_id=509, pad_token_id=509),
+        "prompt": BYTE_PROMPT,
+        "base_seed": 9500,
+        "description": (
+            "gpt-oss as OpenAI ships it: the experts in MXFP4 (quantization_config quant_method mxfp4), "
+            "gate_up_proj_blocks [E, 2*ffn, hidden/32, 16] and down_proj_blocks [E, hidden, ffn/32, 16] uint8 "
+            "(byte j of a 32-value group: value 2j in the low nibble, 2j+1 in the high one, e2m1 codes) with "
+            "gate_up_proj_scales / down_proj_scales [E, rows, groups] uint8 (e8m0, 2^(s-127)); rows are the "
+            "output features, gate/up interleaved (even rows gate, odd rows up). Everything else f32. The "
+            "expert weights were rounded to MXFP4 before the oracle ran, and transformers reloading the "
+            "written checkpoint (Mxfp4Config(dequantize=True)) gives bit-identical logits. Real swiglu_limit "
+            "7.0, window 4, q/k/v/o biases, sinks, YaRN as in gpt_oss_sinks; 2 layers, ffn 64."
+        ),
+    },
 ]
 
 
@@ -741,6 +775,69 @@ def swiglu_clamp_counts(model, ids: torch.Tensor, limit: float):
     return counts
 
 
+# OCP MX e2m1 values by code (8..15: the negated 0..7), as OpenAI's checkpoints and transformers'
+# integrations/mxfp4.py FP4_VALUES order them.
+E2M1_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+def mxfp4_quantize(rows: torch.Tensor):
+    """[..., out, in] f32 -> (blocks [..., out, in/32, 16] uint8, scales [..., out, in/32] uint8, values
+    [..., out, in] f32): per 32-value group the shared exponent floor(log2(amax)) - 2 (OCP MX: the
+    largest e2m1 magnitude is 6 = 1.5 * 2^2), each value rounded to the nearest e2m1 code (ties to
+    the smaller magnitude, beyond 6 clamped); byte j of a group packs value 2j (low nibble) and
+    2j + 1 (high nibble), as OpenAI's checkpoints do."""
+    *prefix, cols = rows.shape
+    g = rows.reshape(*prefix, cols // 32, 32)
+    amax = g.abs().amax(-1).clamp_min(2.0 ** -100)
+    e = torch.floor(torch.log2(amax)) - 2
+    x = g / torch.pow(2.0, e)[..., None]
+    magnitude = (x.abs()[..., None] - E2M1_VALUES[:8]).abs().argmin(-1)
+    code = magnitude + 8 * (x < 0).long()
+    blocks = (code[..., 0::2] | (code[..., 1::2] << 4)).to(torch.uint8)
+    scales = (e + 127).to(torch.uint8)
+    values = (E2M1_VALUES[code] * torch.pow(2.0, e)[..., None]).reshape(*prefix, cols)
+    return blocks, scales, values
+
+
+def mxfp4_round_experts(model) -> None:
+    """Rounds every gpt-oss expert matrix to the MXFP4 grid along its input features (the values an
+    MXFP4 checkpoint of this model holds). GptOssExperts stores [E, in, out]; the checkpoint's rows
+    are the output features."""
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for name in ("gate_up_proj", "down_proj"):
+                p = getattr(layer.mlp.experts, name)
+                _, _, values = mxfp4_quantize(p.transpose(1, 2).contiguous())
+                p.copy_(values.transpose(1, 2))
+
+
+MXFP4_QUANTIZATION_CONFIG = {
+    "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+                               "lm_head"],
+    "quant_method": "mxfp4",
+}
+
+
+def write_mxfp4_checkpoint(out: Path) -> None:
+    """Rewrites the saved model.safetensors in OpenAI's MXFP4 layout: each experts.gate_up_proj /
+    down_proj [E, in, out] becomes <name>_blocks + <name>_scales over its transposed rows; the
+    values were rounded to the grid already, so this is lossless (asserted)."""
+    from safetensors.torch import load_file, save_file
+    path = out / "model.safetensors"
+    tensors = load_file(str(path))
+    written = {}
+    for name, t in sorted(tensors.items()):
+        if name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            blocks, scales, values = mxfp4_quantize(t.transpose(1, 2).contiguous())
+            assert torch.equal(values.transpose(1, 2), t), name
+            written[name + "_blocks"] = blocks.contiguous()
+            written[name + "_scales"] = scales.contiguous()
+        else:
+            written[name] = t
+    save_file(written, str(path), metadata={"format": "pt"})
+    os.chmod(path, 0o644)
+
+
 def top_k_of(cfg) -> int:
     return int(cfg.num_experts_per_tok)
 
@@ -752,6 +849,8 @@ def run_case_once(case: dict, seed: int, input_ids: list[int]):
     model = case["model_cls"](cfg)
     model.config._attn_implementation = "eager"
     init_weights(model, seed, case.get("init"))
+    if case.get("mxfp4_experts"):
+        mxfp4_round_experts(model)
     model.eval()
     model.to(torch.float32)
     # the oracle run never stops early: no eos while generating
@@ -866,6 +965,9 @@ def save_case(case, seed, attempts, res, input_ids, tok: Tokenizer, tok_name: st
     cfg_json = json.loads(cfg_path.read_text())
     if case.get("legacy_config_json"):
         cfg_json = legacy_config(cfg_json)
+    if case.get("mxfp4_experts"):
+        write_mxfp4_checkpoint(out)
+        cfg_json["quantization_config"] = MXFP4_QUANTIZATION_CONFIG
     write_json(cfg_path, dict(sorted(cfg_json.items())))
 
     (out / "tokenizer.json").write_text(tok.colibri_json, encoding="utf-8")
@@ -877,13 +979,18 @@ def save_case(case, seed, attempts, res, input_ids, tok: Tokenizer, tok_name: st
     write_f32(out / "greedy_logits.bin", step_logits)
 
     extra = {}
+    if case.get("mxfp4_experts"):
+        extra["mxfp4_note"] = (
+            "the experts are stored as <name>_blocks / <name>_scales (OpenAI's MXFP4 layout, see description); "
+            "logits.bin is transformers' f32 forward over exactly those values (verify_case reloads the "
+            "checkpoint with Mxfp4Config(dequantize=True) and requires bit-identical logits)")
     if case["name"] in SIGMOID_CASES:
         extra["bf16_greedy_tokens"] = bf16_greedy(model, input_ids)
         extra["bf16_greedy_note"] = (
             "greedy_tokens of the same model with every matrix except the routers rounded to bf16 (what "
             "colibri-model convert --dtype bf16 stores): the sigmoid routers' small margins make bf16 rounding "
             "change the continuation, so a bf16 image is held to this sequence")
-    if case["name"] == "gpt_oss_sinks":
+    if case["model_cls"] is GptOssForCausalLM:
         rounded_logits, rounded_greedy = bf16_rounded_run(model, input_ids)
         write_f32(out / "bf16_logits.bin", rounded_logits)
         extra["bf16_logits_file"] = "bf16_logits.bin"
@@ -998,7 +1105,9 @@ def bf16_greedy(model, input_ids: list[int]) -> list[int]:
 
 
 def verify_case(out: Path, case: dict, input_ids, greedy, tok: Tokenizer):
-    model = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32, attn_implementation="eager")
+    # an MXFP4 checkpoint goes through transformers' own dequantisation (no GPU kernels on CPU)
+    quant = {"quantization_config": Mxfp4Config(dequantize=True)} if case.get("mxfp4_experts") else {}
+    model = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32, attn_implementation="eager", **quant)
     model.eval()
     assert type(model).__name__ == case["model_cls"].__name__
     ids = torch.tensor([input_ids], dtype=torch.long)

@@ -125,10 +125,37 @@ def is_moe_layer(hp, i):
     return i not in hp["mlp_only_layers"] and hp["experts"] > 0 and (i + 1) % hp["sparse_step"] == 0
 
 
+# OCP MX e2m1 code -> value (code 8..15: the negated values of 0..7)
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+def mxfp4_dequantize(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """OpenAI's MXFP4 checkpoint layout: blocks [..., rows, groups, 16] uint8, byte j holding value 2j
+    (low nibble) and 2j+1 (high nibble) of a 32-value group; scales [..., rows, groups] uint8, e8m0
+    (2^(s-127)). Returns [..., rows, groups*32] float64, the values the weights' rows hold."""
+    codes = np.empty(blocks.shape[:-1] + (32,), dtype=np.uint8)
+    codes[..., 0::2] = blocks & 0x0F
+    codes[..., 1::2] = blocks >> 4
+    values = E2M1[codes] * np.ldexp(1.0, scales.astype(np.int64) - 127)[..., None]
+    return values.reshape(values.shape[:-2] + (-1,))
+
+
+def load_weights(d: Path) -> dict:
+    """The checkpoint's tensors in float64; MXFP4 experts (`<p>_blocks` + `<p>_scales`) become `<p>` in
+    the layout transformers' GptOssExperts uses ([E, in, out], the rows transposed)."""
+    raw = load_file(str(d / "model.safetensors"))
+    W = {k: v.astype(np.float64) for k, v in raw.items() if not k.endswith(("_blocks", "_scales"))}
+    for k in raw:
+        if k.endswith("_blocks"):
+            base = k[: -len("_blocks")]
+            W[base] = np.swapaxes(mxfp4_dequantize(raw[k], raw[base + "_scales"]), -1, -2)
+    return W
+
+
 def forward(d: Path, ids: list[int]) -> np.ndarray:
     cfg = json.loads((d / "config.json").read_text())
     hp = load_hparams(cfg)
-    W = {k: v.astype(np.float64) for k, v in load_file(str(d / "model.safetensors")).items()}
+    W = load_weights(d)
     fam = hp["family"]
     T = len(ids)
     H, KV, hd = hp["heads"], hp["kv_heads"], hp["head_dim"]

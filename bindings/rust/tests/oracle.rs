@@ -184,6 +184,10 @@ fn model_info_and_tokenizer() {
     let info = model.info();
     assert_eq!((info.family.as_str(), info.vocab_size, info.top_k, info.expert_count), ("mixtral", 512, 2, 8));
     assert!(info.has_tokenizer);
+    // gpt-oss's fields, for a Mixtral: none of them.
+    assert_eq!((info.sliding_window, info.sliding_layer_count), (0, 0));
+    assert!(!info.attention_sinks && !info.attention_output_bias && !info.router_bias && !info.expert_bias);
+    assert_eq!((info.expert_activation.as_str(), info.swiglu_limit, info.swiglu_alpha), ("silu", 0.0, 0.0));
     let tensors = model.tensors().unwrap();
     assert_eq!(tensors.len(), info.tensor_count);
     assert_eq!(model.find_tensor(&tensors[1].name).unwrap(), 1);

@@ -423,12 +423,21 @@ pub struct colibri_model_info {
     pub rope_scaling: *const ::std::os::raw::c_char,
     pub rope_factor: f64,
     pub rope_attention_factor: f64,
+    pub sliding_window: u64,
+    pub sliding_layer_count: u64,
+    pub attention_sinks: u32,
+    pub attention_output_bias: u32,
+    pub router_bias: u32,
+    pub expert_bias: u32,
+    pub expert_activation: *const ::std::os::raw::c_char,
+    pub swiglu_limit: f64,
+    pub swiglu_alpha: f64,
 }
 #[test]
 fn bindgen_test_layout_colibri_model_info() {
     assert_eq!(
         ::core::mem::size_of::<colibri_model_info>(),
-        344usize,
+        400usize,
         concat!("Size of: ", stringify!(colibri_model_info))
     );
     assert_eq!(
@@ -1320,6 +1329,159 @@ fn bindgen_test_layout_colibri_model_info() {
         );
     }
     test_field_rope_attention_factor();
+    fn test_field_sliding_window() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).sliding_window) as usize - ptr as usize
+            },
+            344usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(sliding_window)
+            )
+        );
+    }
+    test_field_sliding_window();
+    fn test_field_sliding_layer_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).sliding_layer_count) as usize - ptr as usize
+            },
+            352usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(sliding_layer_count)
+            )
+        );
+    }
+    test_field_sliding_layer_count();
+    fn test_field_attention_sinks() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).attention_sinks) as usize - ptr as usize
+            },
+            360usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(attention_sinks)
+            )
+        );
+    }
+    test_field_attention_sinks();
+    fn test_field_attention_output_bias() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).attention_output_bias) as usize - ptr as usize
+            },
+            364usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(attention_output_bias)
+            )
+        );
+    }
+    test_field_attention_output_bias();
+    fn test_field_router_bias() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).router_bias) as usize - ptr as usize
+            },
+            368usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(router_bias)
+            )
+        );
+    }
+    test_field_router_bias();
+    fn test_field_expert_bias() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).expert_bias) as usize - ptr as usize
+            },
+            372usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(expert_bias)
+            )
+        );
+    }
+    test_field_expert_bias();
+    fn test_field_expert_activation() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).expert_activation) as usize - ptr as usize
+            },
+            376usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(expert_activation)
+            )
+        );
+    }
+    test_field_expert_activation();
+    fn test_field_swiglu_limit() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).swiglu_limit) as usize - ptr as usize
+            },
+            384usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(swiglu_limit)
+            )
+        );
+    }
+    test_field_swiglu_limit();
+    fn test_field_swiglu_alpha() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).swiglu_alpha) as usize - ptr as usize
+            },
+            392usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(swiglu_alpha)
+            )
+        );
+    }
+    test_field_swiglu_alpha();
 }
 extern "C" {
     pub fn colibri_model_get_info(
