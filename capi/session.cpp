@@ -239,8 +239,13 @@ COLIBRI_API int32_t colibri_session_create(colibri_model *model, const colibri_s
     i.numa_policy = numa;
     i.numa_node = numa == COLIBRI_NUMA_BIND ? numa_node : 0;
     i.backend = handle->session->device() ? "cuda" : backend_name(handle->session->isa());
+    // The host cache's own size (sliding-window layers keep a ring); a CUDA session's lives on
+    // the device: every layer's whole context.
     const uint64_t kv_element_bytes = o.kv_dtype == COLIBRI_DTYPE_F16 ? 2 : 4;
-    i.kv_cache_bytes = 2ull * kv_element_bytes * eff.max_sequences * m.config().layer_count * eff.context_length * m.kv_dim();
+    i.kv_cache_bytes = handle->session->device()
+                           ? 2ull * kv_element_bytes * eff.max_sequences * m.config().layer_count * eff.context_length *
+                                 m.kv_dim()
+                           : handle->session->kv_cache().storage_bytes();
     i.seed = o.seed;
     handle->batch.reserve(eff.max_batch_tokens);
     handle->scratch_lengths.assign(eff.max_sequences, 0);

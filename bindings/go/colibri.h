@@ -651,7 +651,8 @@ typedef struct colibri_session_info {
   uint32_t numa_policy;       /* COLIBRI_NUMA_OFF, _BIND or _INTERLEAVE */
   const char *backend;        /* static string: "cpu-avx512", "cpu-avx2", "cpu-scalar", or
                                  "cuda" (device_index of the options names the device) */
-  uint64_t kv_cache_bytes;    /* bytes of the KV cache */
+  uint64_t kv_cache_bytes;    /* bytes of the KV cache (a sliding-window layer keeps
+                                 window + max_batch_tokens - 1 positions, not the context) */
   uint64_t seed;
   uint32_t numa_node;         /* the node of COLIBRI_NUMA_BIND */
   uint32_t reserved0;         /* 0 */
@@ -695,7 +696,9 @@ COLIBRI_API int32_t colibri_session_decode(colibri_session *session, uint32_t se
  *   positions   NULL: each entry continues its sequence (its length, then +1 per entry).
  *               Otherwise a position must be at most the sequence's length (no gaps), and a
  *               sequence's entries in one batch must be consecutive. To start a sequence
- *               over, reset it (colibri_session_reset_sequence).
+ *               over, reset it (colibri_session_reset_sequence). Sliding-window models
+ *               (gpt-oss) keep only window + max_batch_tokens - 1 positions in those layers:
+ *               there a position may go back at most max_batch_tokens from the length.
  *   want_logits NULL: logits for the last entry only. Else non-zero marks the entries whose
  *               logits are computed, in entry order as rows 0, 1, ... (at most max_logit_rows).
  * Errors: as prefill; INVALID_ARGUMENT also for a position gap or too many logit rows.

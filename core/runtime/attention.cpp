@@ -117,7 +117,8 @@ Error Session::attention(uint32_t layer, const BatchEntry *entries, size_t count
   const float eps = static_cast<float>(c.rms_norm_eps);
   const bool f16_cache = options_.kv_dtype == KvDtype::F16;
   KvCache &kv = *kv_;
-  const size_t B = kv.block_tokens(), value_off = kv.value_offset();
+  // B positions per block; layer_rows: rows of this layer per block (B, or a sliding layer's ring).
+  const size_t B = kv.block_tokens(), layer_rows = kv.layer_rows(layer), value_off = kv.value_offset(layer);
 
   // Normalise the residual stream, then project to q, k, v for the whole batch.
   pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->rmsnorm(&b.xn[t * H], &b.x[t * H], w.attn_norm.data, eps, H); });
@@ -148,9 +149,11 @@ Error Session::attention(uint32_t layer, const BatchEntry *entries, size_t count
     const float *cos_v = &b.rope_trig[t * D], *sin_v = cos_v + R / 2;
     for (size_t h = 0; h < heads; ++h) apply_rope(q + h * D, R / 2, cos_v, sin_v);
     for (size_t h = 0; h < c.kv_head_count; ++h) apply_rope(k + h * D, R / 2, cos_v, sin_v);
-    // Position p of a sequence lives in row p % B of its block table's entry p / B.
+    // Position p of a sequence lives in row p % layer_rows of its block table's entry p / B
+    // (layer_rows = B but in a ring layer of a contiguous cache, whose single block holds every
+    // position: there p / B = 0).
     const uint32_t position = entries[t].position;
-    const size_t key_at = kv.offset(kv.blocks(entries[t].sequence)[position / B], layer) + (position % B) * KV;
+    const size_t key_at = kv.offset(kv.blocks(entries[t].sequence)[position / B], layer) + (position % layer_rows) * KV;
     const size_t value_at = key_at + value_off;
     if (f16_cache) {
       kernels_->f32_to_f16(k, kv.f16() + key_at, KV);
@@ -180,11 +183,12 @@ Error Session::attention(uint32_t layer, const BatchEntry *entries, size_t count
     const size_t end = size_t(e.position) + 1, first = window && end > window ? end - window : 0, n = end - first;
     float *out = &b.attn[t * Q + h0 * D];
     std::fill(out, out + group * D, 0.0f);
-    // Runs of at most `max_rows` positions of [first, end) that never cross a cache block.
+    // Runs of at most `max_rows` positions of [first, end) that never cross a cache block or
+    // a ring's wrap.
     auto for_each_run = [&](size_t max_rows, auto &&fn) {
       for (size_t p0 = first; p0 < end;) {
-        const size_t len = std::min({max_rows, B - p0 % B, end - p0});
-        fn(p0, len, kv.offset(table[p0 / B], layer) + (p0 % B) * KV + kvh * D);
+        const size_t len = std::min({max_rows, layer_rows - p0 % layer_rows, end - p0});
+        fn(p0, len, kv.offset(table[p0 / B], layer) + (p0 % layer_rows) * KV + kvh * D);
         p0 += len;
       }
     };

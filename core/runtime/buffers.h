@@ -66,6 +66,7 @@ struct Session::Buffers {
   std::vector<uint32_t> logit_sources;    // [N] entry index of each logits row
   std::vector<uint32_t> scratch_lengths;  // [sequences]
   std::vector<uint32_t> scratch_last_position;  // [sequences]
+  std::vector<uint32_t> scratch_first_position;  // [sequences]
 
   Buffers(const model::Model &m, const SessionOptions &o, size_t threads) {
     const model::ModelConfig &c = m.config();
@@ -109,6 +110,7 @@ struct Session::Buffers {
     logit_sources.assign(N, 0);
     scratch_lengths.assign(o.max_sequences, 0);
     scratch_last_position.assign(o.max_sequences, 0);
+    scratch_first_position.assign(o.max_sequences, 0);
   }
 };
 

@@ -20,8 +20,17 @@ KvCache::KvCache(const KvCacheShape &shape)
       kv_dim_(shape.kv_dim),
       context_(shape.context_length) {
   max_table_ = (context_ + block_tokens_ - 1) / block_tokens_;
-  layer_stride_ = 2ull * block_tokens_ * kv_dim_;
-  block_stride_ = layer_stride_ * shape.layers;
+  layer_rows_.assign(shape.layers, block_tokens_);
+  layer_offsets_.assign(shape.layers, 0);
+  for (uint32_t l = 0; l < shape.layers; ++l) {
+    if (!paged_ && l < shape.ring_layers.size() && shape.ring_layers[l] && shape.ring_rows > 0 &&
+        shape.ring_rows < block_tokens_) {
+      layer_rows_[l] = shape.ring_rows;
+      ring_rows_ = shape.ring_rows;
+    }
+    layer_offsets_[l] = block_stride_;
+    block_stride_ += 2ull * layer_rows_[l] * kv_dim_;
+  }
   const size_t elements = block_stride_ * block_count_;
   if (f16_) f16_data_.assign(elements, 0);
   else f32_.assign(elements, 0.0f);
@@ -42,6 +51,18 @@ KvCache::KvCache(const KvCacheShape &shape)
   // A stack handing out block 0 first.
   for (uint32_t b = block_count_; b > 0; --b) free_.push_back(b - 1);
   prefix_map_.reserve(block_count_);
+}
+
+double KvCache::storage_bytes(const KvCacheShape &shape) {
+  const bool paged = shape.block_tokens != 0;
+  const double rows = paged ? shape.block_tokens : shape.context_length;
+  double per_block = 0;
+  for (uint32_t l = 0; l < shape.layers; ++l) {
+    const bool ring = !paged && l < shape.ring_layers.size() && shape.ring_layers[l] && shape.ring_rows > 0 &&
+                      shape.ring_rows < shape.context_length;
+    per_block += 2.0 * (ring ? shape.ring_rows : rows) * shape.kv_dim;
+  }
+  return per_block * (shape.f16 ? 2.0 : 4.0) * (paged ? shape.block_count : shape.sequences);
 }
 
 uint32_t KvCache::capacity(uint32_t sequence) const {

@@ -5,7 +5,9 @@
 // a block table (its blocks in position order), and attention reads through it. Two modes:
 //  - contiguous (the default of a session): one block of context_length positions per
 //    sequence, fixed (sequence s owns block s). The layout is the classic
-//    [sequences, layers, 2, context, kv_dim] cache.
+//    [sequences, layers, 2, context, kv_dim] cache, except that a sliding-window layer
+//    (gpt-oss) may keep a ring of ring_rows positions instead of the context: position p lives
+//    in row p % ring_rows, so the layer's memory is bounded by its window, not the context.
 //  - paged: block_count blocks of block_tokens positions shared by all sequences; a sequence
 //    takes blocks as it grows (reserve) and gives them back (release). Full blocks are also a
 //    prefix cache: a block is keyed by the hash of (its parent block's key, its token ids); a
@@ -38,6 +40,10 @@ struct KvCacheShape {
   uint32_t block_tokens = 0;    // 0 = contiguous (one block of context_length per sequence)
   uint32_t block_count = 0;     // paged: blocks in the pool
   bool f16 = false;             // f16 storage (KvDtype::F16) instead of f32
+  // Contiguous only: layers whose ring_layers[l] is 1 keep ring_rows positions (when fewer than
+  // context_length). Empty: every layer keeps the whole context.
+  std::vector<uint8_t> ring_layers;
+  uint32_t ring_rows = 0;
 };
 
 struct KvCacheStats {
@@ -54,6 +60,10 @@ class KvCache {
 
   // Allocates the pool (std::bad_alloc when the memory is not there).
   explicit KvCache(const KvCacheShape &shape);
+  // The bytes such a cache allocates (the one formula its creators' estimates use).
+  static double storage_bytes(const KvCacheShape &shape);
+  // The bytes this cache holds.
+  size_t storage_bytes() const { return block_bytes() * block_count_; }
 
   bool paged() const { return paged_; }
   uint32_t block_tokens() const { return block_tokens_; }
@@ -62,9 +72,14 @@ class KvCache {
   size_t block_bytes() const { return block_stride_ * (f16_ ? 2 : 4); }
 
   // Element offset of the key rows of (block, layer) in the storage; the block's values for
-  // that layer follow after block_tokens · kv_dim elements. Row p of the block is at + p · kv_dim.
-  size_t offset(uint32_t block, uint32_t layer) const { return block * block_stride_ + layer * layer_stride_; }
-  size_t value_offset() const { return static_cast<size_t>(block_tokens_) * kv_dim_; }
+  // that layer follow after layer_rows(layer) · kv_dim elements. Row r of the block is at + r · kv_dim.
+  size_t offset(uint32_t block, uint32_t layer) const { return block * block_stride_ + layer_offsets_[layer]; }
+  size_t value_offset(uint32_t layer) const { return static_cast<size_t>(layer_rows_[layer]) * kv_dim_; }
+  // Rows a layer keeps per block: block_tokens, or a ring layer's ring_rows. Position p of a
+  // sequence is in block blocks(seq)[p / block_tokens()], row p % layer_rows(layer).
+  uint32_t layer_rows(uint32_t layer) const { return layer_rows_[layer]; }
+  // Contiguous with ring layers: positions a sequence may hold in them at once (0: no ring).
+  uint32_t ring_rows() const { return ring_rows_; }
   float *f32() { return f32_.data(); }
   uint16_t *f16() { return f16_data_.data(); }
 
@@ -126,7 +141,10 @@ class KvCache {
   bool paged_ = false;
   bool f16_ = false;
   uint32_t block_tokens_ = 0, block_count_ = 0, kv_dim_ = 0, context_ = 0, max_table_ = 0;
-  size_t layer_stride_ = 0, block_stride_ = 0;
+  uint32_t ring_rows_ = 0;
+  size_t block_stride_ = 0;
+  std::vector<uint32_t> layer_rows_;   // [layers]
+  std::vector<size_t> layer_offsets_;  // [layers] element offset of each layer within a block
   std::vector<float> f32_;
   std::vector<uint16_t> f16_data_;
   std::vector<uint32_t> tables_;      // [sequences, max_table_]

@@ -61,24 +61,40 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
   }
   if (options.kv_blocks > kMaxKvBlocks)
     return invalid(strprintf("kv_blocks %u is out of range (at most %u)", options.kv_blocks, kMaxKvBlocks));
-  const double cache_positions = options.kv_block_tokens
-                                     ? static_cast<double>(options.kv_blocks) * options.kv_block_tokens
-                                     : static_cast<double>(options.max_sequences) * options.context_length;
-  double kv_bytes = 2.0 * (options.kv_dtype == KvDtype::F16 ? 2.0 : 4.0) * cache_positions * static_cast<double>(c.layer_count) *
-                    static_cast<double>(model.kv_dim());
+  const bool on_device = options.device.kind == DeviceKind::Cuda;
+  KvCacheShape shape;
+  // On a device the host cache only keeps the block tables (no storage: layers 0).
+  shape.layers = on_device ? 0 : static_cast<uint32_t>(c.layer_count);
+  shape.kv_dim = static_cast<uint32_t>(model.kv_dim());
+  shape.context_length = options.context_length;
+  shape.sequences = options.max_sequences;
+  shape.block_tokens = options.kv_block_tokens;
+  shape.block_count = options.kv_blocks;
+  shape.f16 = options.kv_dtype == KvDtype::F16;
+  // A contiguous cache keeps only a ring of window + max_batch_tokens − 1 positions in the
+  // sliding-window layers: the last `window` positions every query of a batch attends to,
+  // while the batch writes its own (check_batch refuses a position that reaches further back).
+  if (!options.kv_block_tokens && !c.layer_is_sliding.empty()) {
+    shape.ring_layers = c.layer_is_sliding;
+    shape.ring_rows = static_cast<uint32_t>(
+        std::min<uint64_t>(c.sliding_window + options.max_batch_tokens - 1, options.context_length));
+  }
+  KvCacheShape estimate = shape;  // every layer's storage, wherever it lives
+  estimate.layers = static_cast<uint32_t>(c.layer_count);
+  const double kv_bytes = KvCache::storage_bytes(estimate);
   // Two bounds, one check: a fixed 256 GiB, and the machine's memory (the cache is zero-filled at
   // creation, so a cache beyond it would not fail cleanly: it would swap or draw the OOM killer).
   const double kGiB = 1ull << 30, fixed_bound = 256.0 * kGiB;
   const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
   const double memory = pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size) : 0.0;
   const bool memory_bound = memory > 0 && memory < fixed_bound;
-  const bool on_device = options.device.kind == DeviceKind::Cuda;
   if (on_device && options.kv_block_tokens)
     return unsupported("the CUDA backend does not implement the paged KV cache yet (kv_block_tokens; the serving "
                        "engine uses it): use a contiguous cache, or the CPU");
   // A CUDA session's cache lives in device memory (the module checks the device's budget).
   if (!on_device && kv_bytes > (memory_bound ? memory : fixed_bound))
-    return invalid(strprintf("the KV cache would need %.1f GiB (sequences × layers × context × kv width)%s; lower "
+    return invalid(strprintf("the KV cache would need %.1f GiB (sequences × layers × context × kv width, a "
+                             "sliding-window layer's ring instead of the context)%s; lower "
                              "context_length or max_sequences",
                              kv_bytes / kGiB,
                              memory_bound ? strprintf(" but this machine has %.1f GiB of memory", memory / kGiB).c_str() : ""));
@@ -118,15 +134,6 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
   }
   try {
     s->buffers_ = std::make_unique<Buffers>(model, options, s->pool_->thread_count());
-    KvCacheShape shape;
-    // On a device the host cache only keeps the block tables (no storage: layers 0).
-    shape.layers = on_device ? 0 : static_cast<uint32_t>(c.layer_count);
-    shape.kv_dim = static_cast<uint32_t>(model.kv_dim());
-    shape.context_length = options.context_length;
-    shape.sequences = options.max_sequences;
-    shape.block_tokens = options.kv_block_tokens;
-    shape.block_count = options.kv_blocks;
-    shape.f16 = options.kv_dtype == KvDtype::F16;
     s->kv_ = std::make_unique<KvCache>(shape);
     s->logits_.assign(static_cast<size_t>(options.max_logit_rows) * c.vocab_size, 0.0f);
   } catch (const std::bad_alloc &) {
@@ -183,6 +190,7 @@ Error Session::check_batch(const BatchEntry *entries, size_t count) const {
   // Sequence lengths as the batch extends them, entry by entry (a batch may hold a prefill).
   std::vector<uint32_t> &lengths = buffers_->scratch_lengths;
   std::vector<uint32_t> &last = buffers_->scratch_last_position;  // last position per sequence in this batch
+  std::vector<uint32_t> &first = buffers_->scratch_first_position;  // its first position (valid where last is)
   std::copy(sequence_lengths_.begin(), sequence_lengths_.end(), lengths.begin());
   std::fill(last.begin(), last.end(), kNoPosition);
   for (size_t i = 0; i < count; ++i) {
@@ -214,9 +222,32 @@ Error Session::check_batch(const BatchEntry *entries, size_t count) const {
                         strprintf("entry %zu: position %u of sequence %u does not follow its previous entry in the "
                                   "batch (position %u); a sequence's entries must be consecutive positions",
                                   i, e.position, e.sequence, last[e.sequence]));
+    if (last[e.sequence] == kNoPosition) first[e.sequence] = e.position;
     last[e.sequence] = e.position;
     lengths[e.sequence] = std::max(lengths[e.sequence], e.position + 1);
     wanted += e.want_logits ? 1 : 0;
+  }
+  // Sliding-window layers keeping a ring (KvCache::ring_rows): after the batch has written its
+  // positions, the ring must still hold every position its first query of each sequence attends
+  // to. Appending always fits (the ring is window + max_batch_tokens − 1 long); going back to an
+  // earlier position fits within max_batch_tokens positions.
+  if (const uint32_t ring = kv_->ring_rows()) {
+    const uint64_t window = c.sliding_window;
+    for (size_t i = 0; i < count; ++i) {
+      const BatchEntry &e = entries[i];
+      if (e.position != first[e.sequence]) continue;
+      const uint64_t needed = e.position + 1 > window ? e.position + 1 - window : 0;
+      const uint64_t kept = lengths[e.sequence] > ring ? lengths[e.sequence] - ring : 0;
+      if (needed < kept)
+        return make_error(ErrorKind::InvalidArgument,
+                          strprintf("entry %zu: position %u of sequence %u goes back further than the sliding-window "
+                                    "layers keep: they hold the last %u positions (window %llu + max_batch_tokens %u "
+                                    "- 1) and the sequence has %u, so position %llu is gone; reset the sequence and "
+                                    "prefill it again (or use a paged KV cache, which keeps every position)",
+                                    i, e.position, e.sequence, ring, static_cast<unsigned long long>(window),
+                                    options_.max_batch_tokens, sequence_lengths_[e.sequence],
+                                    static_cast<unsigned long long>(needed)));
+    }
   }
   if (wanted > options_.max_logit_rows)
     return make_error(ErrorKind::InvalidArgument, strprintf("%zu entries want logits, the session holds %u rows "

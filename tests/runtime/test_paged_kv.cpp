@@ -174,3 +174,65 @@ TEST_CASE("the block pool: exhaustion is refused with a reason, cached blocks ar
   // The last block of `a` was released first and evicted first; the first block survives.
   CHECK(s->attach_prefix(0, a.data(), a.size()) == B);
 }
+
+// gpt-oss's sliding-window layers (window 4 in the fixture; layers 0 and 2 of 3) keep a ring of
+// window + max_batch_tokens − 1 positions in a contiguous cache. The paged cache keeps every
+// position of every layer, so it is the reference: the same logits bit for bit while the ring
+// wraps many times, f32 and f16 caches, prefill chunks up to the batch limit.
+TEST_CASE("sliding-window layers keep a ring of window + max_batch_tokens - 1 positions, with the full cache's logits bit for bit", "[paged][sliding]") {
+  auto oc = testing::load_oracle("gpt_oss_sinks");
+  auto m = fixture_model("gpt_oss_sinks");
+  const model::ModelConfig &c = m->config();
+  REQUIRE(c.sliding_window == 4);
+  REQUIRE(c.layer_is_sliding == std::vector<uint8_t>{1, 0, 1});
+  auto make_long = [&](uint32_t block_tokens, runtime::KvDtype dtype) {
+    runtime::SessionOptions so;
+    so.context_length = 256;
+    so.max_batch_tokens = 8;
+    so.max_logit_rows = 8;
+    so.threads = 2;
+    so.kv_dtype = dtype;
+    so.kv_block_tokens = block_tokens;
+    Error err;
+    auto s = runtime::Session::create(*m, so, &err);
+    INFO(err.message);
+    REQUIRE(s);
+    return s;
+  };
+  for (runtime::KvDtype dtype : {runtime::KvDtype::F32, runtime::KvDtype::F16}) {
+    INFO("f16=" << (dtype == runtime::KvDtype::F16));
+    auto ring = make_long(0, dtype), full = make_long(16, dtype);
+    const runtime::KvCache &kv = ring->kv_cache();
+    const size_t element = dtype == runtime::KvDtype::F16 ? 2 : 4, kv_dim = m->kv_dim();
+    CHECK(kv.ring_rows() == 4 + 8 - 1);
+    CHECK(kv.layer_rows(0) == 11);
+    CHECK(kv.layer_rows(1) == 256);
+    CHECK(kv.layer_rows(2) == 11);
+    CHECK(kv.storage_bytes() == (11 + 256 + 11) * 2 * kv_dim * element);  // keys and values, 3 layers
+    CHECK(full->kv_cache().ring_rows() == 0);
+
+    const std::vector<int32_t> prompt = tokens_of(oc, 37, 3);
+    const std::vector<float> want = run(*full, 0, prompt, 0, 8, 150);
+    CHECK(same_bits(run(*ring, 0, prompt, 0, 8, 150), want));
+    CHECK(ring->sequence_length(0) == 187);
+
+    // Going back: by up to max_batch_tokens positions the ring still holds what the query needs
+    // (the same bits as the full cache doing the same); one further is refused by name.
+    const int32_t token = prompt[5];
+    runtime::BatchEntry back{0, 179, token, 1};
+    REQUIRE(ring->forward(&back, 1).ok());
+    std::vector<float> got(ring->logits(0), ring->logits(0) + c.vocab_size);
+    REQUIRE(full->forward(&back, 1).ok());
+    CHECK(std::memcmp(got.data(), full->logits(0), got.size() * sizeof(float)) == 0);
+    runtime::BatchEntry too_far{0, 178, token, 1};
+    Error e = ring->forward(&too_far, 1);
+    CHECK(e.kind == ErrorKind::InvalidArgument);
+    CHECK_THAT(e.message, Catch::Contains("goes back further than the sliding-window layers keep"));
+    CHECK_THAT(e.message, Catch::Contains("reset the sequence"));
+    CHECK(full->forward(&too_far, 1).ok());  // the full cache keeps every position
+    // After a reset the sequence starts over in the ring as in a fresh session.
+    ring->reset_sequence(0);
+    full->reset_sequence(0);
+    CHECK(same_bits(run(*ring, 0, prompt, 0, 5, 20), run(*full, 0, prompt, 0, 5, 20)));
+  }
+}
