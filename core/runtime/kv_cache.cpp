@@ -23,11 +23,8 @@ KvCache::KvCache(const KvCacheShape &shape)
   layer_rows_.assign(shape.layers, block_tokens_);
   layer_offsets_.assign(shape.layers, 0);
   for (uint32_t l = 0; l < shape.layers; ++l) {
-    if (!paged_ && l < shape.ring_layers.size() && shape.ring_layers[l] && shape.ring_rows > 0 &&
-        shape.ring_rows < block_tokens_) {
-      layer_rows_[l] = shape.ring_rows;
-      ring_rows_ = shape.ring_rows;
-    }
+    layer_rows_[l] = rows_of_layer(shape, l);
+    if (layer_rows_[l] != block_tokens_) ring_rows_ = layer_rows_[l];
     layer_offsets_[l] = block_stride_;
     block_stride_ += 2ull * layer_rows_[l] * kv_dim_;
   }
@@ -53,16 +50,17 @@ KvCache::KvCache(const KvCacheShape &shape)
   prefix_map_.reserve(block_count_);
 }
 
+uint32_t KvCache::rows_of_layer(const KvCacheShape &shape, uint32_t layer) {
+  if (shape.block_tokens != 0) return shape.block_tokens;  // paged: every layer keeps whole blocks
+  const bool ring = layer < shape.ring_layers.size() && shape.ring_layers[layer] && shape.ring_rows > 0 &&
+                    shape.ring_rows < shape.context_length;
+  return ring ? shape.ring_rows : shape.context_length;
+}
+
 double KvCache::storage_bytes(const KvCacheShape &shape) {
-  const bool paged = shape.block_tokens != 0;
-  const double rows = paged ? shape.block_tokens : shape.context_length;
   double per_block = 0;
-  for (uint32_t l = 0; l < shape.layers; ++l) {
-    const bool ring = !paged && l < shape.ring_layers.size() && shape.ring_layers[l] && shape.ring_rows > 0 &&
-                      shape.ring_rows < shape.context_length;
-    per_block += 2.0 * (ring ? shape.ring_rows : rows) * shape.kv_dim;
-  }
-  return per_block * (shape.f16 ? 2.0 : 4.0) * (paged ? shape.block_count : shape.sequences);
+  for (uint32_t l = 0; l < shape.layers; ++l) per_block += 2.0 * rows_of_layer(shape, l) * shape.kv_dim;
+  return per_block * (shape.f16 ? 2.0 : 4.0) * (shape.block_tokens != 0 ? shape.block_count : shape.sequences);
 }
 
 uint32_t KvCache::capacity(uint32_t sequence) const {

@@ -141,6 +141,9 @@ class KvCache {
   bool paged_ = false;
   bool f16_ = false;
   uint32_t block_tokens_ = 0, block_count_ = 0, kv_dim_ = 0, context_ = 0, max_table_ = 0;
+  // Rows `layer` keeps per block under `shape` (the one rule the constructor and storage_bytes use).
+  static uint32_t rows_of_layer(const KvCacheShape &shape, uint32_t layer);
+
   uint32_t ring_rows_ = 0;
   size_t block_stride_ = 0;
   std::vector<uint32_t> layer_rows_;   // [layers]
