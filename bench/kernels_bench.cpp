@@ -12,7 +12,8 @@
 // also given per second of the thread's CPU time: on a shared VM that is what the kernel
 // can do when it runs, while the wall-clock figures include time lost to other load.
 //
-// Usage: kernels_bench [--isa scalar|avx2|avx512] [--threads N] [--runs N] [--quick]
+// Usage: kernels_bench [--isa scalar|avx2|avx512] [--threads N] [--runs N] [--quick] [--batch]
+//   --batch: only the sweep of 1..64 tokens per expert matrix from DRAM (matmul_rows vs gemm_rows)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -216,6 +217,7 @@ struct Options {
   size_t threads = 2;
   int runs = 5;
   bool quick = false;
+  bool batch = false;  // --batch: only the tokens-per-expert sweep
 };
 
 Options parse(int argc, char **argv) {
@@ -241,12 +243,55 @@ Options parse(int argc, char **argv) {
       o.runs = std::max(3, std::atoi(value().c_str()));
     } else if (a == "--quick") {
       o.quick = true;
+    } else if (a == "--batch") {
+      o.batch = true;
     } else {
-      std::fprintf(stderr, "usage: kernels_bench [--isa scalar|avx2|avx512] [--threads N] [--runs N>=3] [--quick]\n");
+      std::fprintf(stderr, "usage: kernels_bench [--isa scalar|avx2|avx512] [--threads N] [--runs N>=3] [--quick] [--batch]\n");
       std::exit(a == "--help" || a == "-h" ? 0 : 2);
     }
   }
   return o;
+}
+
+// A continuous-batching decode step gives each active expert a few tokens (32 sequences,
+// top-2 of 8 experts: ~8 each). Weights streamed from DRAM (copies round-robin), all rows
+// of one expert matrix per call split over the pool as the engine does, for T = 1..16
+// through the driver the engine picks (matmul_rows for T <= 8, gemm_rows above) and the
+// other one: GFLOP/s and GB/s of weight bytes.
+void batch_sweep(const KernelTable &k, ThreadPool &pool, size_t dram_bytes, int runs) {
+  std::printf("\nbatched decode from DRAM: an expert's matrix per call, %zu threads, GFLOP/s (GB/s of weights)\n",
+              pool.thread_count());
+  std::printf("%-10s %-6s %3s  %-26s %-26s\n", "rows x cols", "dtype", "T", "matmul_rows", "gemm_rows");
+  const size_t shapes[2][2] = {{2816, 1024}, {1024, 2816}};
+  const Format *formats[] = {&kFormats[1], &kFormats[3], &kFormats[6]};  // f16, q8/32, q4/32
+  for (const auto &shape : shapes) {
+    const size_t rows = shape[0], cols = shape[1];
+    for (const Format *f : formats) {
+      const Weights w = make_dram_weights(k, *f, rows, cols, dram_bytes);
+      for (size_t tokens : {1, 2, 4, 6, 8, 10, 12, 16, 24, 32, 48, 64}) {
+        const Activations act = make_activations(k, *f, cols, tokens);
+        std::vector<float> y(tokens * rows);
+        std::string cells[2];
+        for (int gemm = 0; gemm < 2; ++gemm) {
+          const MatmulCall call{k, *f, cols, rows, tokens, act.x.data(), act.xq.data(), y.data(), gemm == 1};
+          double gbs = 0;
+          const Stats s = measure(runs, [&] {
+            const Clock::time_point start = Clock::now();
+            for (size_t c = 0; c < w.copies; ++c) call(pool, w.copy(c));
+            const double t = seconds_since(start);
+            gbs = double(w.matrix_bytes) * double(w.copies) / t / 1e9;
+            return 2.0 * double(rows) * double(cols) * double(tokens) * double(w.copies) / t / 1e9;
+          });
+          char cell[64];
+          std::snprintf(cell, sizeof(cell), "%6.1f [%.1f..%.1f] (%4.1f)", s.median, s.min, s.max, gbs);
+          cells[gemm] = cell;
+        }
+        char shape_name[48];
+        std::snprintf(shape_name, sizeof(shape_name), "%zux%zu", rows, cols);
+        std::printf("%-10s %-6s %3zu  %-26s %-26s\n", shape_name, f->name, tokens, cells[0].c_str(), cells[1].c_str());
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -263,6 +308,11 @@ int main(int argc, char **argv) {
   ThreadPool one(one_options), many(many_options);
   ThreadPool *pools[2] = {&one, &many};
 
+  if (opt.batch) {
+    std::printf("kernels_bench --batch: isa %s\n", colibri::kernels::isa_name(k.isa));
+    batch_sweep(k, many, dram_bytes, opt.runs);
+    return 0;
+  }
   std::printf("kernels_bench: isa %s, %zu thread(s) vs 1, medians of %d runs [min..max]\n",
               colibri::kernels::isa_name(k.isa), opt.threads, opt.runs);
   // Other load on the machine changes every figure here: print it with them.

@@ -164,8 +164,10 @@ Error Session::run_experts(uint32_t layer, const model::LayerWeights &w, const f
     };
     const bool clamped = c.expert_activation == "swiglu_clamped";
     const float swiglu_limit = static_cast<float>(c.swiglu_limit), swiglu_alpha = static_cast<float>(c.swiglu_alpha);
-    auto matmul_fn = [&](size_t tokens) { return tokens <= 8 ? kernels_->matmul_rows : kernels_->gemm_rows; };
-    auto matmul_q8_fn = [&](size_t tokens) { return tokens <= 8 ? kernels_->matmul_rows_q8 : kernels_->gemm_rows_q8; };
+    const size_t decode_max_float = kernels::decode_driver_max_tokens(kernels_->isa, false);
+    const size_t decode_max_q8 = kernels::decode_driver_max_tokens(kernels_->isa, true);
+    auto matmul_fn = [&](size_t tokens) { return tokens <= decode_max_float ? kernels_->matmul_rows : kernels_->gemm_rows; };
+    auto matmul_q8_fn = [&](size_t tokens) { return tokens <= decode_max_q8 ? kernels_->matmul_rows_q8 : kernels_->gemm_rows_q8; };
     // Phase 1: gate and up stripes, then SiLU(gate)·up on the same stripe.
     build_tasks(F);
     pool_->parallel_for(b.tasks.size(), [&](size_t i, size_t) {

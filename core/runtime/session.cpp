@@ -383,8 +383,8 @@ void Session::matmuls(const MatmulJob *jobs, size_t job_count, const float *x, s
   unsigned char *x_q8 = buffers_->matmul_q8.data();
   if (q8_group)
     pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->quantize_row_q8(x + t * cols, cols, q8_group, x_q8 + t * q8_row); });
-  auto fn = count <= 8 ? kernels_->matmul_rows : kernels_->gemm_rows;
-  auto fn_q8 = count <= 8 ? kernels_->matmul_rows_q8 : kernels_->gemm_rows_q8;
+  auto fn = count <= kernels::decode_driver_max_tokens(kernels_->isa, false) ? kernels_->matmul_rows : kernels_->gemm_rows;
+  auto fn_q8 = count <= kernels::decode_driver_max_tokens(kernels_->isa, true) ? kernels_->matmul_rows_q8 : kernels_->gemm_rows_q8;
   pool_->parallel_for(task_count, [&](size_t i, size_t) {
     const RowPosition first = equal_bytes_cut(shape, job_count, i, task_count, kMatmulRowAlign);
     const RowPosition last = equal_bytes_cut(shape, job_count, i + 1, task_count, kMatmulRowAlign);

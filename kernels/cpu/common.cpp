@@ -115,4 +115,13 @@ float bf16_to_f32_value(uint16_t h) { return detail::bf16_to_f32_scalar(h); }
 uint16_t f32_to_f16_value(float f) { return detail::f32_to_f16_scalar(f); }
 uint16_t f32_to_bf16_value(float f) { return detail::f32_to_bf16_scalar(f); }
 
+size_t decode_driver_max_tokens(Isa isa, bool q8_activations) {
+  switch (isa) {
+    case Isa::Avx512: return 16;
+    case Isa::Avx2: return q8_activations ? 16 : 8;
+    case Isa::Scalar: break;
+  }
+  return 8;
+}
+
 }  // namespace colibri::kernels

@@ -141,11 +141,22 @@ using MatmulQ8Fn = void (*)(const void *weights, DType dtype, uint32_t group_siz
 // dot products it feeds become NaN. out must hold row_bytes(Q8, group_size, cols) bytes.
 using QuantizeQ8Fn = void (*)(const float *x, size_t cols, uint32_t group_size, void *out);
 
+// The driver a caller picks for a matmul of T tokens: matmul_rows for T <= this, gemm_rows
+// above (the results are the same bits either way). Measured with `kernels_bench --batch`
+// (an expert's matrix streamed from DRAM, 2 threads; docs/performance.md): on AVX-512 the
+// decode driver is ahead of the GEMM tile up to 16 tokens for both expert shapes and every
+// weight dtype (f16 at 12 tokens: 214 against 151 GFLOP/s); on AVX2 for the q8-activation
+// dtypes, while AVX2's float tile (16 registers) loses from 8 tokens on the down projection.
+// A continuous-batching step gives each active expert about 8 to 16 tokens.
+size_t decode_driver_max_tokens(Isa isa, bool q8_activations);
+
 struct KernelTable {
   Isa isa;
 
-  // Decode path (token_count small, typically 1..8; any count is accepted and processed in
-  // chunks of 8 tokens): weights streamed once, T accumulators per row held in registers.
+  // Decode path (token_count small, typically 1..16; any count is accepted): up to 8 tokens,
+  // weights streamed once with T accumulators per row held in registers; more tokens run in
+  // chunks of 8 over row panels that stay in L2 between the chunks (weights still read from
+  // DRAM once). Callers pick it up to decode_driver_max_tokens() tokens.
   MatmulFn matmul_rows;
   MatmulQ8Fn matmul_rows_q8;
 

@@ -111,6 +111,35 @@ TEST_CASE("gemm_rows is bitwise equal to matmul_rows, whatever the token count",
   }
 }
 
+TEST_CASE("matmul_rows over more than 8 tokens and several L2 row panels gives the bits of one token at a time",
+          "[kernels][determinism]") {
+  // 16 KiB (f32), 8 KiB (f16) or ~4.3 KiB (q8/q4) rows: a 256 KiB decode panel holds 16, 24
+  // or 48 of them, so 101 rows span several panels (the last one partial) and every count
+  // of 9..21 tokens runs chunks of 8 and a rest over each panel.
+  const Case panel_cases[] = {{DType::F32, 0, 4096}, {DType::F16, 0, 4096}, {DType::BF16, 0, 4093},
+                              {DType::Q8, 32, 4096}, {DType::Q4, 32, 4096}};
+  for (const NamedTable &isa : available_tables()) {
+    for (const Case &c : panel_cases) {
+      const size_t rows = 101, max_tokens = 21;
+      const Matrix w = make_matrix(c.dtype, c.group_size, rows, c.cols, 41);
+      const std::vector<float> x = random_floats(max_tokens * c.cols, 43);
+      std::vector<float> alone(max_tokens * rows);
+      for (size_t t = 0; t < max_tokens; ++t) {
+        const std::vector<float> xt(x.begin() + t * c.cols, x.begin() + (t + 1) * c.cols);
+        const std::vector<float> y = run(isa.table->matmul_rows, w, xt, 1);
+        std::copy(y.begin(), y.end(), alone.begin() + t * rows);
+      }
+      for (size_t tokens : {9, 12, 16, 17, 21}) {
+        INFO(describe(isa.name, c, rows, tokens));
+        const std::vector<float> xs(x.begin(), x.begin() + tokens * c.cols);
+        const std::vector<float> y = run(isa.table->matmul_rows, w, xs, tokens);
+        REQUIRE(std::memcmp(y.data(), alone.data(), y.size() * sizeof(float)) == 0);
+        REQUIRE(bitwise_equal(run(isa.table->gemm_rows, w, xs, tokens), y));
+      }
+    }
+  }
+}
+
 TEST_CASE("results do not depend on how rows are split between calls", "[kernels][determinism]") {
   std::mt19937 rng(7);
   for (const NamedTable &isa : available_tables()) {
