@@ -1053,6 +1053,13 @@ class Renderer {
       if (Error e = process(expr.line, a.bytes * times)) return e;
       if (a.is_list())
         if (Error e = step(expr.line, a.list->size() * times)) return e;
+      // An empty string or list times any count is empty: no loop (the size check above
+      // passes for zero bytes, so '' * 10**18 would otherwise spin 10**18 times).
+      const bool empty = a.is_string() ? a.string.empty() : a.list->empty();
+      if (empty || times == 0) {
+        *out = a.is_string() ? Value::from_string(std::string()) : Value::from_list(ListItems());
+        return {};
+      }
       if (a.is_string()) {
         std::string s;
         for (int64_t i = 0; i < b.integer; ++i) s += a.string;

@@ -159,6 +159,12 @@ TEST_CASE("'x' * 100000000000 is refused before anything is made", "[chat][limit
   expect_render_failure("{{ [1, 2] * 100000000000 }}", "(ChatTemplateLimits::max_value_bytes)");
 }
 
+TEST_CASE("an empty string or list times a huge count is empty at once, not a spin", "[chat][limits]") {
+  // Found by fuzz_chat_template (a libFuzzer timeout): the byte check passes for zero bytes.
+  CHECK(render_ok("{{ '' * 770000000000000000 }}|{{ ([] * 770000000000000000) | length }}|{{ 'ab' * 0 }}|{{ 'ab' * -3 }}") ==
+        "|0||");
+}
+
 TEST_CASE("nested for loops over range(100000) stop at the loop budget", "[chat][limits]") {
   colibri::Error e = render_failure("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}");
   CHECK(e.kind == ErrorKind::Unsupported);
