@@ -199,9 +199,10 @@ void decode_chunk(const TileArgs &b, size_t rows, size_t tokens) {
 // Rows of a decode panel when the tokens take more than one chunk: the panel stays in L2
 // while every chunk sweeps it, so the weights come from DRAM once. A multiple of 24 (every
 // decode tile height divides it) where the panel holds that many rows.
-inline constexpr size_t kDecodePanelBytes = 256 * 1024;
+// The weight panel both drivers keep in L2 while several token chunks or tiles use it.
+inline constexpr size_t kL2PanelBytes = 256 * 1024;
 inline size_t decode_panel_rows(size_t w_stride) {
-  const size_t rows = kDecodePanelBytes / w_stride;
+  const size_t rows = kL2PanelBytes / w_stride;
   return rows >= 24 ? rows / 24 * 24 : (rows == 0 ? 1 : rows);
 }
 
@@ -240,13 +241,12 @@ template <class Tile>
 constexpr SpanTable<Tile, Tile::kGemmR, Tile::kGemmT> kSpanTable{};
 
 // Prefill, blocked like a BLAS GEMM for the inner-product tile:
-//   panel      up to kGemmPanelMaxRows weight rows, at most kGemmPanelBytes (stays in L2 and
+//   panel      up to kGemmPanelMaxRows weight rows, at most kL2PanelBytes (stays in L2 and
 //              is reused by every token tile);
 //   token tile kGemmT tokens; its activations for one k-block (kBlockK) stay in L1 and are
 //              reused by every row tile of the panel;
 //   k-block    the accumulators of all row tiles of the panel wait in `state` between
 //              k-blocks (exact, see span).
-inline constexpr size_t kGemmPanelBytes = 256 * 1024;
 inline constexpr size_t kGemmPanelMaxRows = 64;
 
 template <class Tile>
@@ -257,7 +257,7 @@ void gemm_driver(TileArgs a, size_t rows, size_t tokens) {
   constexpr size_t kTileState = Tile::state_floats(R, TT);
   alignas(64) float state[kMaxTiles * kTileState];
   const size_t panel_tiles =
-      a.w_stride * R >= kGemmPanelBytes ? 1 : min_size(kMaxTiles, kGemmPanelBytes / (a.w_stride * R));
+      a.w_stride * R >= kL2PanelBytes ? 1 : min_size(kMaxTiles, kL2PanelBytes / (a.w_stride * R));
   const size_t panel_rows = panel_tiles * R;
   const SpanTable<Tile, R, TT> &table = kSpanTable<Tile>;
   for (size_t p0 = 0; p0 < rows; p0 += panel_rows) {
