@@ -131,14 +131,11 @@ constexpr int kDecodeRows(int tokens) {
 // 98–104 → 111–123 GFLOP/s against 3 × 4 (noisy VM, alternating runs).
 constexpr int kGemmRows = 2;
 constexpr int kGemmTokens = 6;
-// q8: pairs (rows × tokens) in groups of 8, one ymm of int32 partial sums per pair. One token:
-// 12 rows, not 8 — more weight rows in flight per thread from DRAM. In-process A/B (kernel
-// tables alternated in 30 ms slices, 1 thread, q8/32 from DRAM): 1.07–1.15 (2816 × 1024),
-// 0.99–1.10 (1024 × 2816); engine_bench "tg, interleaved", q8, 2 threads, 3 alternating pairs:
-// 78.6 / 78.7 / 75.9% → 84.8 / 81.8 / 78.7%. 10 and 16 rows did not gain (docs/performance.md).
-constexpr int kQ8DecodeRows(int tokens) { return tokens == 1 ? 12 : tokens == 2 ? 4 : tokens <= 4 ? 2 : 1; }
+// q8-activation formats: two ymm accumulators per (row, token) pair (16 lanes), plus the
+// sub-block's codes per row and values per token.
+constexpr int kQ8DecodeRows(int tokens) { return tokens == 1 ? 4 : tokens == 2 ? 2 : 1; }
 constexpr int kQ8GemmRows = 2;
-constexpr int kQ8GemmTokens = 4;
+constexpr int kQ8GemmTokens = 2;
 
 // Exact f16 -> fp32 of a block scale (F16C), the same bits as the scalar conversion.
 inline float f16_scale(uint16_t h) { return _cvtsh_ss(h); }

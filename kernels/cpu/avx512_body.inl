@@ -2,7 +2,8 @@
 // VL, DQ) and by avx512_vnni.cpp (the same plus VNNI for the q8 int8 dot). The includer
 // defines COLIBRI_AVX512_NAMESPACE and COLIBRI_AVX512_TABLE_GETTER (and COLIBRI_Q8_VNNI for
 // the VNNI build). Everything lives in an anonymous namespace; see the warning in internal.h.
-// The q8 path uses 256-bit integer ops (q8_avx2.inl) with the 32 registers AVX-512 gives.
+// The q8-activation tile is q8_avx512.inl (one zmm of 16 lanes per output); the quantiser and
+// the 32-value loaders come from q8_avx2.inl.
 // GCC 12's avx512fintrin.h initialises _mm512_undefined_*() values from themselves, which
 // -Wuninitialized reports inside the header (GCC PR 105593); silence it for the header only.
 #pragma GCC diagnostic push
@@ -139,8 +140,9 @@ constexpr int kDecodeRows(int tokens) {
 }
 constexpr int kGemmRows = 4;
 constexpr int kGemmTokens = 6;
-// q8: pairs (rows × tokens) in groups of 8, one ymm of int32 partial sums per pair.
-constexpr int kQ8DecodeRows(int tokens) { return tokens == 1 ? 16 : tokens == 2 ? 4 : tokens <= 4 ? 2 : 1; }
+// q8-activation formats: one zmm accumulator per (row, token) pair, plus per row its codes and
+// scales (and, for q8 weights with several tokens, a correction), per token its values.
+constexpr int kQ8DecodeRows(int tokens) { return tokens == 1 ? 16 : tokens == 2 ? 4 : tokens <= 4 ? 3 : 2; }
 constexpr int kQ8GemmRows = 4;
 constexpr int kQ8GemmTokens = 4;
 
@@ -148,7 +150,9 @@ constexpr int kQ8GemmTokens = 4;
 inline float f16_scale(uint16_t h) { return _cvtsh_ss(h); }
 
 #include "kernels/cpu/quant_formats.inl"
+#define COLIBRI_Q8_NO_YMM_TILE 1
 #include "kernels/cpu/q8_avx2.inl"
+#include "kernels/cpu/q8_avx512.inl"
 #include "kernels/cpu/matmul_generic.inl"
 #include "kernels/cpu/elementwise_simd.inl"
 

@@ -19,8 +19,8 @@
 //     partial sums combined by one fixed tree). They are bitwise identical.
 //   * Across ISAs, f32/f16/bf16 results agree within 1e-5 · Σ|w·x| (different lane counts and
 //     FMA vs. separate multiply-add). q8, q4, q8f16 and mxfp4 results are bitwise identical
-//     across ISAs: each block's integer sum is exact in int32, and the fp32 chain over blocks
-//     is the same sequence of operations everywhere.
+//     across ISAs (the lane rule below): the integer sums are exact in int32, and every one of
+//     the 16 fp32 lanes takes the same sequence of FMAs on every ISA.
 //   * Non-finite inputs propagate (a NaN/Inf activation makes the affected outputs
 //     non-finite); they never turn into silent finite garbage.
 #pragma once
@@ -66,12 +66,21 @@ inline float round_half_away_bounded(float t) {
 //   MXFP4  groups of 32: { u8 e8m0; u8 codes[16] }, value = 2^(e8m0 − 127)·e2m1(code)
 // The 4-bit codes of every 32 values are 16 bytes: byte j holds value j (low nibble) and value
 // j + 16 (high nibble). These weights, like Q8, multiply q8-quantised activations, here always
-// in blocks of 32 (kQ8GroupSizeSmall). The reference rule, the same on every ISA bit for bit:
-// for every 32-value block b of the row, isum_b = Σ w_int[i]·q8_value(x_q[i]) exactly in int32,
-// then acc = acc + (dw_b·dx_b)·float(isum_b) in fp32, b ascending, where w_int is the stored
-// integer (Q4: code − 8; Q8F16: q8_value(q); MXFP4: twice the e2m1 value, an integer in
-// −12..12) and dw_b the block's group scale as fp32 (MXFP4: 2^(e8m0 − 128), which absorbs the
-// doubling; e8m0 255 gives NaN).
+// in blocks of 32 (kQ8GroupSizeSmall).
+//
+// The lane rule, how every ISA computes y = Σ w·x for these dtypes, the same bits everywhere:
+// an output owns 16 fp32 lanes, all starting at +0. The row is cut into 32-value sub-blocks u
+// (a Q8 group of 64 is two); in sub-block u, each group of 4 neighbouring values j = 0..7
+// (values 4j..4j+3) gives isum(u, j) = Σ w_int·q8_value(x_q), exact in int32, and
+//   lane[8·(j / 4) + 4·(u mod 2) + j mod 4] = fma(float(isum(u, j)), s_u, that lane)
+// for u ascending, with s_u = dw·dx the fp32 product of the scales of the weight block and of
+// the activation block that hold u. Then t_i = lane[i] + lane[i + 8] (i < 8) and
+// y = ((t0 + t1) + (t2 + t3)) + ((t4 + t5) + (t6 + t7)). w_int is the stored integer (Q8,
+// Q8F16: q8_value(q); Q4: code − 8; MXFP4: twice the e2m1 value, an integer in −12..12) and
+// dw the block's scale as fp32 (MXFP4: 2^(e8m0 − 128), which absorbs the doubling; e8m0 255
+// gives NaN). The lanes are what one 512-bit vpdpbusd gives for two sub-blocks side by side,
+// so no horizontal sum is needed inside the row (kernels/cpu/quant_formats.inl has the scalar
+// reference, reference_lanes).
 inline constexpr uint32_t kQ4GroupSizes[3] = {32, 64, 128};
 inline constexpr uint32_t kSubBlock = 32;
 inline constexpr int kQ4CodeOffset = 8;

@@ -40,21 +40,6 @@ struct WeightLoad<DType::BF16> {
   static typename Simd::F load_partial(const Elem *p, size_t n) { return Simd::load_bf16_partial(p, n); }
 };
 
-// Writes the R × TT sums held in acc (pair p = r * TT + t) to y through the fixed tree.
-template <int R, int TT>
-__attribute__((always_inline)) inline void store_tile_sums(const typename Simd::F (&acc)[R * TT], float *y, size_t y_stride) {
-  constexpr int kPairs = R * TT;
-  constexpr int kGroups = (kPairs + 7) / 8;
-  float sums[kGroups * 8];
-  for (int g = 0; g < kGroups; ++g) {
-    typename Simd::F group[8];
-    for (int i = 0; i < 8; ++i) group[i] = 8 * g + i < kPairs ? acc[8 * g + i] : Simd::zero();
-    Simd::reduce8(group, sums + 8 * g);
-  }
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < TT; ++t) y[t * y_stride + r] = sums[r * TT + t];
-}
-
 // A tile kernel computes R weight rows × TT tokens. Every tile type provides:
 //   kStep                    granularity of k in elements (k-block bounds are multiples of it)
 //   kBlockK                  k-block length of the prefill driver, elements
@@ -142,7 +127,7 @@ struct FloatTile {
       }
     }
     if (last) {
-      store_tile_sums<R, TT>(acc, a.y, a.y_stride);
+      store_tile_sums<Simd, R, TT>(acc, a.y, a.y_stride);
     } else {
       for (int p = 0; p < R * TT; ++p) Simd::store(state + p * kL, acc[p]);
     }
@@ -327,45 +312,32 @@ void matmul_q8_entry(const void *weights, DType dtype, uint32_t group_size, size
 }
 
 // Rows whose quantised form exceeds the stack buffer (cols > ~58k): quantise each token in
-// pieces and continue every output's fp32 block chain in y between pieces (storing an fp32
-// partial sum and reloading it is exact). Uses the reference block rule all tiles share, so the
-// bits equal the fast path's. Correct rather than fast; no current model reaches it.
-// Not auto-vectorised: GCC 12 turns the int8 dot loop below into vpdpbusd when the TU has
-// -mavx512vnni and gets it wrong (results off by orders of magnitude: the signed weight codes
-// land on the instruction's unsigned side); kernels_tests "rows longer than the stack buffer"
-// caught it on an AVX-512 VNNI machine.
-// (clang does not auto-vectorise it that way and has no optimize attribute.)
-#if defined(__GNUC__) && !defined(__clang__)
-#define COLIBRI_NO_TREE_VECTORIZE __attribute__((optimize("no-tree-vectorize")))
-#else
-#define COLIBRI_NO_TREE_VECTORIZE
-#endif
+// pieces and continue the 16 lanes of every output of a chunk of rows between pieces (the lane
+// rule of quant_formats.inl, the reference every tile reproduces, so the bits equal the fast
+// path's). Each row chunk quantises the token again. Correct rather than fast; no current model
+// reaches it.
 template <class WF>
-COLIBRI_NO_TREE_VECTORIZE void q8_rows_beyond_stack(const void *weights, size_t w_stride, size_t cols, size_t row_begin, size_t row_end,
+void q8_rows_beyond_stack(const void *weights, size_t w_stride, size_t cols, size_t row_begin, size_t row_end,
                           const float *x, size_t token_count, float *y, size_t y_stride, unsigned char *buffer,
                           size_t buffer_bytes) {
   constexpr uint32_t kAct = WF::kAct;
+  constexpr size_t kRowChunk = 32;
   const size_t piece_blocks = buffer_bytes / block_bytes_q8(kAct);
   const size_t total_blocks = cols / kAct;
+  float lanes[kRowChunk][kLaneCount];
   for (size_t t = 0; t < token_count; ++t) {
-    for (size_t b0 = 0; b0 < total_blocks; b0 += piece_blocks) {
-      const size_t nb = min_size(piece_blocks, total_blocks - b0);
-      quantize_row_q8_impl(x + t * cols + b0 * kAct, nb * kAct, kAct, buffer);
-      // reference_blocks indexes the activation from block 0: hand it the piece's origin.
-      for (size_t r = row_begin; r < row_end; ++r) {
-        const unsigned char *w = static_cast<const unsigned char *>(weights) + r * w_stride;
-        float acc = b0 == 0 ? 0.0f : y[t * y_stride + r];
-        for (size_t b = 0; b < nb; ++b) {
-          const unsigned char *xb = buffer + b * block_bytes_q8(kAct);
-          float dx;
-          std::memcpy(&dx, xb, 4);
-          const unsigned char *c = WF::codes(w, b0 + b);
-          int32_t isum = 0;
-          for (uint32_t i = 0; i < kAct; ++i) isum += WF::value(c, static_cast<int>(i)) * q8_value(int8_t(xb[4 + i]));
-          acc = acc + (WF::scale(w, b0 + b) * dx) * static_cast<float>(isum);
-        }
-        y[t * y_stride + r] = acc;
+    for (size_t r0 = row_begin; r0 < row_end; r0 += kRowChunk) {
+      const size_t rn = min_size(kRowChunk, row_end - r0);
+      for (size_t r = 0; r < rn; ++r)
+        for (float &lane : lanes[r]) lane = 0.0f;
+      for (size_t b0 = 0; b0 < total_blocks; b0 += piece_blocks) {
+        const size_t nb = min_size(piece_blocks, total_blocks - b0);
+        quantize_row_q8_impl(x + t * cols + b0 * kAct, nb * kAct, kAct, buffer);
+        for (size_t r = 0; r < rn; ++r)
+          reference_lanes<WF>(static_cast<const unsigned char *>(weights) + (r0 + r) * w_stride, buffer, b0, b0,
+                              b0 + nb, lanes[r]);
       }
+      for (size_t r = 0; r < rn; ++r) y[t * y_stride + r0 + r] = reduce_lanes(lanes[r]);
     }
   }
 }

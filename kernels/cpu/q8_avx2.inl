@@ -1,171 +1,163 @@
-// kernels/cpu/q8_avx2.inl — q8 quantisation and the tile of the q8-activation formats (q8,
-// q4, q8f16, mxfp4) on 256-bit integer vectors. Included (inside an anonymous namespace, after
-// tile_args.inl and quant_formats.inl) by avx2.cpp and avx512.cpp;
-// the AVX-512 build gets 32 vector registers for it and, when the CPU has VNNI, the
-// one-instruction int8 dot (define COLIBRI_Q8_VNNI before including).
+// kernels/cpu/q8_avx2.inl — q8 quantisation and the 256-bit tile of the q8-activation formats
+// (q8, q4, q8f16, mxfp4). Included (inside an anonymous namespace, after tile_args.inl and
+// quant_formats.inl) by avx2.cpp, whose table uses the tile, and by avx512_body.inl, which takes
+// the quantiser and the loaders (its tile is q8_avx512.inl): define COLIBRI_Q8_NO_YMM_TILE
+// before including to leave the tile out.
 //
-// Both reproduce the scalar reference bit for bit:
-//   isum  = Σ qw[i]·qx[i] over the block, exact in int32 (any summation order)
-//   acc   = acc + (dw·dx) · float(isum)           (one multiply, one multiply, one add)
-// with a stored weight of -128 read as -127 (kernels.h q8_value), and the 4-bit codes widened
-// to int8 first (load_codes). The int8 products use the
-// sign trick: |a| (unsigned) times b·sign(a) (signed) with maddubs; its int16 pair sums
-// cannot saturate because both operands lie in [-127, 127]. The one-token tile puts the
-// activation on the unsigned side (|x| once per block for all rows), the others the weight.
+// The tile reproduces the scalar lane rule (quant_formats.inl) bit for bit: the 16 lanes of a
+// (row, token) pair live in two ymm, e for the even sub-blocks and o for the odd ones. A 32-value
+// sub-block in value order gives vpmaddubsw + vpmaddwd sums of values 4q..4q+3 in int32 lane q,
+// so lane q of e is canonical lane 8·(q / 4) + q % 4 and lane q of o that plus 4. The integer
+// sums are exact (any instruction sequence gives the same integers); then one FMA per lane and
+// sub-block, and the canonical tree at the end (fold_lanes, then Simd::reduce8).
+// The unsigned side of vpmaddubsw takes a non-negative operand: 4-bit codes as stored (q4 code,
+// mxfp4 through kE2m1DoubledBiased), with the code bias times the activation's 4-value sums
+// subtracted afterwards; for two int8 operands, |a| with b signed by a (both lie in [-127, 127]:
+// neither the negation nor the int16 pair sums can overflow).
 
-// Sums of 8 int32 vectors: lane j of the result is the sum of v[j]'s lanes.
-inline __m256i reduce8_epi32(const __m256i *v) {
-  const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]);
-  const __m256i h23 = _mm256_hadd_epi32(v[2], v[3]);
-  const __m256i h45 = _mm256_hadd_epi32(v[4], v[5]);
-  const __m256i h67 = _mm256_hadd_epi32(v[6], v[7]);
-  const __m256i h0123 = _mm256_hadd_epi32(h01, h23);
-  const __m256i h4567 = _mm256_hadd_epi32(h45, h67);
-  const __m256i lo = _mm256_permute2x128_si256(h0123, h4567, 0x20);
-  const __m256i hi = _mm256_permute2x128_si256(h0123, h4567, 0x31);
-  return _mm256_add_epi32(lo, hi);
-}
+inline __m256i ones_epi16() { return _mm256_set1_epi16(1); }
 
-// Σ over 32 bytes of a·b as 8 int32 lanes (each lane: 4 neighbouring products), with a_abs
-// = |a|: |a| on the unsigned side, b signed by a on the signed side. Either operand may be
-// the weight or the activation; both lie in [-127, 127] (load_q8_weights, the quantiser), so
-// negating b cannot overflow.
-inline __m256i dot32_epi8(__m256i a_abs, __m256i a_raw, __m256i b) {
-  const __m256i b_signed = _mm256_sign_epi8(b, a_raw);
-#ifdef COLIBRI_Q8_VNNI
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a_abs, b_signed);
-#else
-  const __m256i pairs = _mm256_maddubs_epi16(a_abs, b_signed);
-  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-#endif
-}
+// Σ of 4 neighbouring u·s products per int32 lane (u unsigned, s signed; the int16 pair sums
+// must not saturate: every caller keeps |u·s| <= 127·127 or smaller).
+inline __m256i dot4_u8s8(__m256i u, __m256i s) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones_epi16()); }
 
 // 32 stored weights with the format's reading of -128 as -127 (kernels.h q8_value).
 inline __m256i load_q8_weights(const unsigned char *p) {
   return _mm256_max_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)), _mm256_set1_epi8(kQ8MinValue));
 }
 
-// 32 codes of a block of format WF (quant_formats.inl) as signed int8, each in [-127, 127]:
-// q8 / q8f16 clamped to -127 (kernels.h q8_value); q4: the nibbles (16 bytes: low nibbles are
-// values 0..15, high nibbles 16..31) minus 8; mxfp4: the nibbles through the doubled e2m1 table.
+// The 32 values of 16 bytes of 4-bit codes in value order (low nibbles are values 0..15, high
+// nibbles 16..31) as unsigned bytes: q4 codes as stored, mxfp4 codes through the biased table.
 template <class WF>
-inline __m256i load_codes(const unsigned char *p) {
-  if constexpr (WF::kKind == CodeKind::Int8) {
-    return load_q8_weights(p);
+inline __m256i widen_codes(__m128i raw) {
+  const __m256i nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
+  if constexpr (WF::kKind == CodeKind::E2m1) {
+    const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i *>(kE2m1DoubledBiased));
+    return _mm256_shuffle_epi8(_mm256_set_m128i(table, table), nibbles);
   } else {
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i *>(p));
-    const __m256i nibbles =
-        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
-    if constexpr (WF::kKind == CodeKind::Int4) {
-      return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(kQ4CodeOffset));
-    } else {
-      const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i *>(kE2m1Doubled));
-      return _mm256_shuffle_epi8(_mm256_set_m128i(table, table), nibbles);
-    }
+    return nibbles;
   }
 }
 
+// Sub-block u (32 values) of a weight row: codes in value order (int8 for q8/q8f16, unsigned
+// biased codes for q4/mxfp4) and the scale of the block that holds it.
+template <class WF>
+struct SubBlock {
+  static constexpr size_t kSubs = WF::kAct / kSubBlock;  // sub-blocks per activation block (q8/64: 2)
+  static const unsigned char *codes(const unsigned char *row, size_t u) {
+    return WF::codes(row, u / kSubs) + (u % kSubs) * kSubBlock;
+  }
+  static __m256i load(const unsigned char *row, size_t u) {
+    if constexpr (WF::kKind == CodeKind::Int8) {
+      return load_q8_weights(codes(row, u));
+    } else {
+      return widen_codes<WF>(_mm_loadu_si128(reinterpret_cast<const __m128i *>(codes(row, u))));
+    }
+  }
+  static float scale(const unsigned char *row, size_t u) { return WF::scale(row, u / kSubs); }
+  // The activation's sub-block u: its 32 int8 values and its block's scale.
+  static const unsigned char *x_codes(const unsigned char *x, size_t u) {
+    return x + (u / kSubs) * (4 + WF::kAct) + 4 + (u % kSubs) * kSubBlock;
+  }
+  static float x_scale(const unsigned char *x, size_t u) {
+    float dx;
+    std::memcpy(&dx, x + (u / kSubs) * (4 + WF::kAct), 4);
+    return dx;
+  }
+};
+
+#ifndef COLIBRI_Q8_NO_YMM_TILE
+// The 8 canonical pair sums t_i = lane i + lane i+8 of the (e, o) lanes: [e_lo + e_hi, o_lo + o_hi].
+inline __m256 fold_lanes(__m256 e, __m256 o) {
+  return _mm256_add_ps(_mm256_permute2f128_ps(e, o, 0x20), _mm256_permute2f128_ps(e, o, 0x31));
+}
+
 // The tile kernel of the q8-activation formats (interface: see "A tile kernel" in
-// matmul_generic.inl). Pairs p = r * TT + t are processed in groups of 8, one fp32 lane per pair.
+// matmul_generic.inl). Pair p = r * TT + t holds acc[p][0] (even sub-blocks), acc[p][1] (odd).
 template <class WF, Path P>
 struct QTile {
-  static constexpr size_t kStep = WF::kAct;
+  static constexpr size_t kStep = 2 * kSubBlock;  // k-blocks start on even sub-blocks
   static constexpr size_t kBlockK = 2048;
-  static constexpr size_t state_floats(int rows, int tokens) { return size_t(rows * tokens + 7) / 8 * 8; }
+  static constexpr size_t state_floats(int rows, int tokens) { return size_t(rows) * tokens * kLaneCount; }
   static constexpr int decode_rows(int tokens) { return kQ8DecodeRows(tokens); }
   static constexpr int kGemmR = kQ8GemmRows;
   static constexpr int kGemmT = kQ8GemmTokens;
+  static constexpr bool kInt8 = WF::kKind == CodeKind::Int8;
+  using Sub = SubBlock<WF>;
+
+  // One sub-block u into the accumulators of parity `par`.
+  template <int R, int TT, int par>
+  __attribute__((always_inline)) static void sub_block(const TileArgs &a, size_t u, __m256 (&acc)[R * TT][2]) {
+    const size_t b = u / Sub::kSubs;
+    // One prefetch per row and 64-byte line of weights (kBlocksPerLine blocks); no result
+    // depends on it.
+    const bool prefetch = u % Sub::kSubs == 0 && b % kBlocksPerLine<WF> == 0;
+    if constexpr (TT == 1) {
+      // One token: the activation's part (|x|, or the bias correction) once for all R rows.
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(Sub::x_codes(a.x, u)));
+      const float dx = Sub::x_scale(a.x, u);
+      __m256i x_abs = xv, neg_bias = xv;
+      if constexpr (kInt8) {
+        x_abs = _mm256_abs_epi8(xv);
+      } else {
+        neg_bias = _mm256_sub_epi32(_mm256_setzero_si256(), dot4_u8s8(_mm256_set1_epi8(kCodeBias<WF>), xv));
+      }
+      for (int r = 0; r < R; ++r) {
+        const unsigned char *row = a.w + r * a.w_stride;
+        if (prefetch) prefetch_weights<Simd, P, R>(WF::codes(row, b), a.w_stride);
+        const __m256i w = Sub::load(row, u);
+        const __m256i isum = kInt8 ? dot4_u8s8(x_abs, _mm256_sign_epi8(w, xv)) : _mm256_add_epi32(neg_bias, dot4_u8s8(w, xv));
+        const __m256 s = _mm256_set1_ps(Sub::scale(row, u) * dx);
+        acc[r][par] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), s, acc[r][par]);
+      }
+    } else {
+      // Several tokens: each row's codes (and |w|), loaded once, serve every token.
+      __m256i w_raw[R], w_abs[R];
+      float dw[R];
+      for (int r = 0; r < R; ++r) {
+        const unsigned char *row = a.w + r * a.w_stride;
+        if (prefetch) prefetch_weights<Simd, P, R>(WF::codes(row, b), a.w_stride);
+        w_raw[r] = Sub::load(row, u);
+        if constexpr (kInt8) w_abs[r] = _mm256_abs_epi8(w_raw[r]);
+        dw[r] = Sub::scale(row, u);
+      }
+      for (int t = 0; t < TT; ++t) {
+        const unsigned char *x = a.x + t * a.x_stride;
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(Sub::x_codes(x, u)));
+        const float dx = Sub::x_scale(x, u);
+        __m256i neg_bias = xv;
+        if constexpr (!kInt8)
+          neg_bias = _mm256_sub_epi32(_mm256_setzero_si256(), dot4_u8s8(_mm256_set1_epi8(kCodeBias<WF>), xv));
+        for (int r = 0; r < R; ++r) {
+          const __m256i isum = kInt8 ? dot4_u8s8(w_abs[r], _mm256_sign_epi8(xv, w_raw[r]))
+                                     : _mm256_add_epi32(neg_bias, dot4_u8s8(w_raw[r], xv));
+          const __m256 s = _mm256_set1_ps(dw[r] * dx);
+          acc[r * TT + t][par] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), s, acc[r * TT + t][par]);
+        }
+      }
+    }
+  }
 
   template <int R, int TT>
   static void span(const TileArgs &a, size_t k_begin, size_t k_end, float *state, bool first, bool last) {
     constexpr int kPairs = R * TT;
-    constexpr int kGroups = (kPairs + 7) / 8;
-    constexpr int kHalves = WF::kAct / 32;
-    constexpr size_t kXBlockBytes = 4 + WF::kAct;
-
-    __m256 acc[kGroups];
-    if (first) {
-      for (int g = 0; g < kGroups; ++g) acc[g] = _mm256_setzero_ps();
-    } else {
-      for (int g = 0; g < kGroups; ++g) acc[g] = _mm256_loadu_ps(state + 8 * g);
-    }
-    const unsigned char *x = a.x + (k_begin / WF::kAct) * kXBlockBytes;
-    for (size_t b = k_begin / WF::kAct; b < k_end / WF::kAct; ++b, x += kXBlockBytes) {
-      // One prefetch per row and 64-byte line of weights (kBlocksPerLine blocks); no result
-      // depends on it.
-      const bool prefetch = b % kBlocksPerLine<WF> == 0;
-      float dw[R];
-      float dx[TT];
-      __m256i sums[kGroups * 8];
-      if constexpr (TT == 1) {
-        // One token: the activation's magnitudes go on the unsigned side, computed once per
-        // block for all R rows; each row's weights are loaded once, made signed int8 and signed
-        // by the activation (per row and 32 bytes: one load and four operations, where the
-        // weight-magnitude form below needs the same load plus abs for every row).
-        std::memcpy(&dx[0], x, 4);
-        __m256i x_abs[kHalves], x_raw[kHalves];
-        for (int h = 0; h < kHalves; ++h) {
-          x_raw[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x + 4 + 32 * h));
-          x_abs[h] = _mm256_abs_epi8(x_raw[h]);
-        }
-        for (int r = 0; r < R; ++r) {
-          const unsigned char *row = a.w + r * a.w_stride;
-          const unsigned char *codes = WF::codes(row, b);
-          if (prefetch) prefetch_weights<Simd, P, R>(codes, a.w_stride);
-          dw[r] = WF::scale(row, b);
-          __m256i s = dot32_epi8(x_abs[0], x_raw[0], load_codes<WF>(codes));
-          for (int h = 1; h < kHalves; ++h)
-            s = _mm256_add_epi32(s, dot32_epi8(x_abs[h], x_raw[h], load_codes<WF>(codes + 32 * h)));
-          sums[r] = s;
-        }
-      } else {
-        // Several tokens: each row's weight magnitudes, computed once, serve every token.
-        __m256i w_abs[R][kHalves];
-        __m256i w_raw[R][kHalves];
-        for (int r = 0; r < R; ++r) {
-          const unsigned char *row = a.w + r * a.w_stride;
-          const unsigned char *codes = WF::codes(row, b);
-          if (prefetch) prefetch_weights<Simd, P, R>(codes, a.w_stride);
-          dw[r] = WF::scale(row, b);
-          for (int h = 0; h < kHalves; ++h) {
-            w_raw[r][h] = load_codes<WF>(codes + 32 * h);
-            w_abs[r][h] = _mm256_abs_epi8(w_raw[r][h]);
-          }
-        }
-        for (int t = 0; t < TT; ++t) {
-          const unsigned char *row = x + t * a.x_stride;
-          std::memcpy(&dx[t], row, 4);
-          __m256i xv[kHalves];
-          for (int h = 0; h < kHalves; ++h)
-            xv[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(row + 4 + 32 * h));
-          for (int r = 0; r < R; ++r) {
-            __m256i s = dot32_epi8(w_abs[r][0], w_raw[r][0], xv[0]);
-            for (int h = 1; h < kHalves; ++h)
-              s = _mm256_add_epi32(s, dot32_epi8(w_abs[r][h], w_raw[r][h], xv[h]));
-            sums[r * TT + t] = s;
-          }
-        }
-      }
-      for (int p = kPairs; p < kGroups * 8; ++p) sums[p] = _mm256_setzero_si256();
-      for (int g = 0; g < kGroups; ++g) {
-        const __m256i isum = reduce8_epi32(sums + 8 * g);
-        alignas(32) float scales[8];
-        for (int i = 0; i < 8; ++i) {
-          const int p = 8 * g + i;
-          scales[i] = p < kPairs ? dw[p / TT] * dx[p % TT] : 0.0f;
-        }
-        const __m256 d = _mm256_load_ps(scales);
-        acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum)));
-      }
+    __m256 acc[kPairs][2];
+    for (int p = 0; p < kPairs; ++p)
+      for (int h = 0; h < 2; ++h)
+        acc[p][h] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(state + p * kLaneCount + 8 * h);
+    const size_t u_end = k_end / kSubBlock;
+    for (size_t u = k_begin / kSubBlock; u < u_end; u += 2) {
+      sub_block<R, TT, 0>(a, u, acc);
+      if (u + 1 < u_end) sub_block<R, TT, 1>(a, u + 1, acc);
     }
     if (!last) {
-      for (int g = 0; g < kGroups; ++g) _mm256_storeu_ps(state + 8 * g, acc[g]);
+      for (int p = 0; p < kPairs; ++p)
+        for (int h = 0; h < 2; ++h) _mm256_storeu_ps(state + p * kLaneCount + 8 * h, acc[p][h]);
       return;
     }
-    alignas(32) float out[kGroups * 8];
-    for (int g = 0; g < kGroups; ++g) _mm256_store_ps(out + 8 * g, acc[g]);
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < TT; ++t) a.y[t * a.y_stride + r] = out[r * TT + t];
+    __m256 folded[kPairs];
+    for (int p = 0; p < kPairs; ++p) folded[p] = fold_lanes(acc[p][0], acc[p][1]);
+    store_tile_sums<Simd, R, TT>(folded, a.y, a.y_stride);
   }
 
   template <int R, int TT>
@@ -173,6 +165,7 @@ struct QTile {
     span<R, TT>(a, 0, a.cols, nullptr, true, true);
   }
 };
+#endif  // COLIBRI_Q8_NO_YMM_TILE
 
 // 8 int32 in [-127, 127] per vector, 4 vectors -> 32 int8 in order.
 inline __m256i pack_epi32_to_epi8(__m256i q0, __m256i q1, __m256i q2, __m256i q3) {

@@ -3,7 +3,7 @@
 //
 // The float matmul emulates 8 SIMD lanes with plain arrays so that the compiler can use the
 // baseline SSE2 registers and so that its reduction tree is the AVX2 one (results differ from
-// AVX2 only by FMA rounding). The q8 path is the reference block rule every ISA reproduces
+// AVX2 only by FMA rounding). The q8 path is the reference lane rule every ISA reproduces
 // bit for bit.
 #include <cmath>
 #include <cstring>
@@ -143,13 +143,13 @@ float f16_scale(uint16_t h) { return detail::f16_to_f32_scalar(h); }
 
 #include "kernels/cpu/quant_formats.inl"
 
-// The reference block rule of the q8-activation formats (kernels.h): exact int32 block sum,
-// then acc = acc + (dw·dx)·isum in fp32, blocks ascending.
+// The reference lane rule of the q8-activation formats (kernels.h, quant_formats.inl): 16 fp32
+// lanes per (row, token), carried between k-blocks in `state`, summed by the fixed tree.
 template <class WF, Path /* scalar: no prefetch */>
 struct QTile {
-  static constexpr size_t kStep = WF::kAct;
+  static constexpr size_t kStep = 2 * kSubBlock;
   static constexpr size_t kBlockK = 2048;
-  static constexpr size_t state_floats(int rows, int tokens) { return size_t(rows) * tokens; }
+  static constexpr size_t state_floats(int rows, int tokens) { return size_t(rows) * tokens * kLaneCount; }
   static constexpr int decode_rows(int tokens) { return kDecodeRows(tokens); }
   static constexpr int kGemmR = kGemmRows;
   static constexpr int kGemmT = kGemmTokens;
@@ -158,11 +158,16 @@ struct QTile {
   static void span(const TileArgs &a, size_t k_begin, size_t k_end, float *state, bool first, bool last) {
     for (int r = 0; r < R; ++r) {
       for (int t = 0; t < TT; ++t) {
-        const float start = first ? 0.0f : state[r * TT + t];
-        const float acc = reference_blocks<WF>(a.w + r * a.w_stride, a.x + t * a.x_stride, k_begin / WF::kAct,
-                                               k_end / WF::kAct, start);
-        if (last) a.y[t * a.y_stride + r] = acc;
-        else state[r * TT + t] = acc;
+        float lanes[kLaneCount];
+        float *saved = first && last ? nullptr : state + (r * TT + t) * kLaneCount;
+        for (int i = 0; i < kLaneCount; ++i) lanes[i] = first ? 0.0f : saved[i];
+        reference_lanes<WF>(a.w + r * a.w_stride, a.x + t * a.x_stride, 0, k_begin / WF::kAct, k_end / WF::kAct,
+                            lanes);
+        if (last) {
+          a.y[t * a.y_stride + r] = reduce_lanes(lanes);
+        } else {
+          for (int i = 0; i < kLaneCount; ++i) saved[i] = lanes[i];
+        }
       }
     }
   }

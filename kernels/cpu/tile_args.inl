@@ -51,6 +51,22 @@ __attribute__((always_inline)) inline void prefetch_weights(const unsigned char 
   }
 }
 
+// Writes the R × TT sums held in acc (pair p = r * TT + t; S = the ISA's Simd vocabulary) to y
+// through the fixed tree (S::reduce8).
+template <class S, int R, int TT>
+__attribute__((always_inline)) inline void store_tile_sums(const typename S::F (&acc)[R * TT], float *y, size_t y_stride) {
+  constexpr int kPairs = R * TT;
+  constexpr int kGroups = (kPairs + 7) / 8;
+  float sums[kGroups * 8];
+  for (int g = 0; g < kGroups; ++g) {
+    typename S::F group[8];
+    for (int i = 0; i < 8; ++i) group[i] = 8 * g + i < kPairs ? acc[8 * g + i] : S::zero();
+    S::reduce8(group, sums + 8 * g);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < TT; ++t) y[t * y_stride + r] = sums[r * TT + t];
+}
+
 inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
 // Local copy of kernels.h's q8_block_bytes: an inline function of the public header called

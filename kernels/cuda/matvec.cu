@@ -164,7 +164,9 @@ __global__ void experts_down_kernel(const unsigned char *down, uint64_t row_byte
 }
 
 // q8 weights against q8 activations: lanes over the row's blocks, one fp32 multiply-add per
-// block and token ((weight scale · activation scale) · exact int32 block sum), as the CPU.
+// block and token ((weight scale · activation scale) · exact int32 block sum); the CPU sums the
+// same products in 16 fp32 lanes (kernels/cpu/kernels.h, the lane rule), so the two agree
+// within rounding, not bitwise.
 __global__ void matvec_q8_kernel(const unsigned char *w, uint32_t group, uint64_t row_bytes, uint32_t rows,
                                  uint32_t cols, const unsigned char *x_q8, uint32_t tokens, float *y, uint32_t y_stride,
                                  const float *bias, int accumulate) {
