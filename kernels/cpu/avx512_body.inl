@@ -143,8 +143,8 @@ constexpr int kGemmTokens = 6;
 // q8-activation formats: one zmm accumulator per (row, token) pair, plus per row its codes and
 // scales (and, for q8 weights with several tokens, a correction), per token its values.
 constexpr int kQ8DecodeRows(int tokens) { return tokens == 1 ? 16 : tokens == 2 ? 4 : tokens <= 4 ? 3 : 2; }
-constexpr int kQ8GemmRows = 4;
-constexpr int kQ8GemmTokens = 4;
+constexpr int kQ8GemmRows = 2;
+constexpr int kQ8GemmTokens = 8;
 
 // Exact f16 -> fp32 of a block scale (F16C), the same bits as the scalar conversion.
 inline float f16_scale(uint16_t h) { return _cvtsh_ss(h); }

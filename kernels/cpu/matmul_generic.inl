@@ -50,6 +50,11 @@ struct WeightLoad<DType::BF16> {
 //       `first`, else from `state`; finishes into y when `last`, else saves to `state`.
 //       Saving and reloading fp32 accumulators is exact, so splitting k changes no bit.
 //   run<R, TT>(a)            span over all of cols.
+// and may provide, for the prefill driver:
+//   prepared_stride(k_len), prepare(a, tokens, k_begin, k_end, out)
+//       builds its side of the activations of `tokens` tokens over one k-block once, into
+//       stack scratch that every row tile of the panel then reads (TileArgs::prepared); at
+//       most kGemmT tokens and kBlockK columns.
 
 
 
@@ -245,6 +250,12 @@ void gemm_driver(TileArgs a, size_t rows, size_t tokens) {
       a.w_stride * R >= kL2PanelBytes ? 1 : min_size(kMaxTiles, kL2PanelBytes / (a.w_stride * R));
   const size_t panel_rows = panel_tiles * R;
   const SpanTable<Tile, R, TT> &table = kSpanTable<Tile>;
+  constexpr bool kPrepares = requires(const TileArgs &args, unsigned char *out) { Tile::prepare(args, 1, 0, 1, out); };
+  constexpr size_t kPreparedBytes = [] {
+    if constexpr (kPrepares) return TT * Tile::prepared_stride(Tile::kBlockK);
+    else return size_t{1};
+  }();
+  alignas(64) unsigned char prepared[kPreparedBytes];
   for (size_t p0 = 0; p0 < rows; p0 += panel_rows) {
     const size_t pr = min_size(panel_rows, rows - p0);
     // The next panel streams into L2 while this one computes: its lines are spread evenly
@@ -264,10 +275,20 @@ void gemm_driver(TileArgs a, size_t rows, size_t tokens) {
       for (size_t k0 = 0; k0 < a.cols; k0 += Tile::kBlockK) {
         const size_t k1 = min_size(a.cols, k0 + Tile::kBlockK);
         const bool first = k0 == 0, last = k1 == a.cols;
+        size_t prepared_stride = 0;
+        if constexpr (kPrepares) {
+          Tile::prepare(advance(a, 0, t0), tc, k0, k1, prepared);
+          prepared_stride = Tile::prepared_stride(k1 - k0);
+        }
         for (size_t r = 0, tile = 0; r < pr; r += R, ++tile) {
           const size_t rc = min_size(R, pr - r);
           for (size_t i = 0; i < lines_per_call && ahead < ahead_end; ++i, ahead += 64) Simd::prefetch_l2(ahead);
-          table.fn[rc - 1][tc - 1](advance(a, p0 + r, t0), k0, k1, state + tile * kTileState, first, last);
+          TileArgs args = advance(a, p0 + r, t0);
+          if constexpr (kPrepares) {
+            args.prepared = prepared;
+            args.prepared_stride = prepared_stride;
+          }
+          table.fn[rc - 1][tc - 1](args, k0, k1, state + tile * kTileState, first, last);
         }
       }
       t0 += tc;

@@ -191,7 +191,7 @@ struct Pair512 {
 template <class WF, Path P>
 struct QTile {
   static constexpr size_t kStep = 2 * kSubBlock;  // k-blocks start on even sub-blocks
-  static constexpr size_t kBlockK = 2048;
+  static constexpr size_t kBlockK = 1024;
   static constexpr size_t state_floats(int rows, int tokens) { return size_t(rows) * tokens * kLaneCount; }
   static constexpr int decode_rows(int tokens) { return kQ8DecodeRows(tokens); }
   static constexpr int kGemmR = kQ8GemmRows;
@@ -199,6 +199,39 @@ struct QTile {
   using Pair = Pair512<WF>;
   using Sub = SubBlock<WF>;
   static constexpr bool kInt8 = Pair::kInt8;
+
+  // ---- prepared activations (the prefill driver) ----
+  // Per token and pair, 64-byte vectors that the several-token tile reads as memory operands:
+  //   4-bit codes: [values in lane order | -bias · 4-value sums (int32) | scales]
+  //   int8 codes:  [values (+128 under VNNI) | scales]
+  // so that a (row, token) pair costs one dot, one conversion, one multiply and one FMA.
+  static constexpr size_t kPreparedPairBytes = kInt8 ? 128 : 192;
+  static constexpr size_t kPreparedScales = kInt8 ? 64 : 128;
+  static constexpr size_t prepared_stride(size_t k_len) { return (k_len + 2 * kSubBlock - 1) / (2 * kSubBlock) * kPreparedPairBytes; }
+  static void prepare(const TileArgs &a, size_t tokens, size_t k_begin, size_t k_end, unsigned char *out) {
+    const size_t stride = prepared_stride(k_end - k_begin), u_end = k_end / kSubBlock;
+    const __m512i zero = _mm512_setzero_si512();
+    for (size_t t = 0; t < tokens; ++t) {
+      const unsigned char *x = a.x + t * a.x_stride;
+      unsigned char *p = out + t * stride;
+      for (size_t u = k_begin / kSubBlock; u < u_end; u += 2, p += kPreparedPairBytes) {
+        const bool odd = u + 1 < u_end;
+        const __m512i xv = odd ? Pair::template x_values<true>(x, u) : Pair::template x_values<false>(x, u);
+        const __m512 dx = odd ? Pair::template x_scales<true>(x, u) : Pair::template x_scales<false>(x, u);
+        if constexpr (kInt8) {
+#ifdef COLIBRI_Q8_VNNI
+          _mm512_store_si512(p, _mm512_xor_si512(xv, _mm512_set1_epi8(static_cast<char>(0x80))));  // x + 128, unsigned
+#else
+          _mm512_store_si512(p, xv);
+#endif
+        } else {
+          _mm512_store_si512(p, xv);
+          _mm512_store_si512(p + 64, _mm512_sub_epi32(zero, dot4_u8s8_512(zero, _mm512_set1_epi8(kCodeBias<WF>), xv)));
+        }
+        _mm512_store_ps(p + kPreparedScales, dx);
+      }
+    }
+  }
 
   // The one-token tile's activation side of a pair.
   struct OneToken {
@@ -260,7 +293,7 @@ struct QTile {
       // every token.
       __m512i w[R], w_side[R];
       __m512 dw[R];
-      __mmask64 w_negative[R];
+      [[maybe_unused]] __mmask64 w_negative[R];
       for (int r = 0; r < R; ++r) {
         const unsigned char *row = a.w + r * a.w_stride;
         if (prefetch) prefetch_weights<Simd, P, R>(Sub::codes(row, u), a.w_stride);
@@ -307,6 +340,49 @@ struct QTile {
     }
   }
 
+  // Several tokens from prepared activations (p: token 0's vectors of this pair).
+  template <int R, int TT, bool kOdd>
+  __attribute__((always_inline)) static void pair_prepared(const TileArgs &a, size_t u, const unsigned char *p,
+                                                           bool prefetch, __m512 (&acc)[R * TT]) {
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i w[R], w_side[R];
+    __m512 dw[R];
+    [[maybe_unused]] __mmask64 w_negative[R];
+    for (int r = 0; r < R; ++r) {
+      const unsigned char *row = a.w + r * a.w_stride;
+      if (prefetch) prefetch_weights<Simd, P, R>(Sub::codes(row, u), a.w_stride);
+      w[r] = Pair::template codes<kOdd>(row, u);
+      dw[r] = Pair::template w_scales<kOdd>(row, u);
+      w_negative[r] = 0;
+      w_side[r] = w[r];
+      if constexpr (kInt8) {
+#ifdef COLIBRI_Q8_VNNI
+        w_side[r] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(static_cast<char>(0x80)), w[r]));
+#else
+        w_side[r] = _mm512_abs_epi8(w[r]);
+        w_negative[r] = _mm512_movepi8_mask(w[r]);
+#endif
+      }
+    }
+    for (int t = 0; t < TT; ++t, p += a.prepared_stride) {
+      const __m512i xv = _mm512_load_si512(p);
+      for (int r = 0; r < R; ++r) {
+        __m512i isum;
+        if constexpr (kInt8) {
+#ifdef COLIBRI_Q8_VNNI
+          isum = _mm512_dpbusd_epi32(w_side[r], xv, w[r]);
+#else
+          isum = dot4_u8s8_512(zero, w_side[r], _mm512_mask_sub_epi8(xv, w_negative[r], zero, xv));
+#endif
+        } else {
+          isum = dot4_u8s8_512(_mm512_load_si512(p + 64), w[r], xv);
+        }
+        const __m512 s = _mm512_mul_ps(dw[r], _mm512_load_ps(p + kPreparedScales));
+        acc[r * TT + t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, acc[r * TT + t]);
+      }
+    }
+  }
+
   template <int R, int TT>
   static void span(const TileArgs &a, size_t k_begin, size_t k_end, float *state, bool first, bool last) {
     constexpr int kPairs = R * TT;
@@ -319,12 +395,22 @@ struct QTile {
     // depends on it.
     auto line_end = [&](size_t pair_start) { return (Sub::codes(a.w, pair_start + 2) - a.w - 1) / 64; };
     size_t line = u == 0 ? 0 : line_end(u - 2);
-    for (; u + 2 <= u_end; u += 2) {
-      const size_t next = line_end(u);
-      pair<R, TT, true>(a, u, next != line, acc);
-      line = next;
+    if (TT > 1 && a.prepared != nullptr) {
+      const unsigned char *p = a.prepared;
+      for (; u + 2 <= u_end; u += 2, p += kPreparedPairBytes) {
+        const size_t next = line_end(u);
+        pair_prepared<R, TT, true>(a, u, p, next != line, acc);
+        line = next;
+      }
+      if (u < u_end) pair_prepared<R, TT, false>(a, u, p, true, acc);
+    } else {
+      for (; u + 2 <= u_end; u += 2) {
+        const size_t next = line_end(u);
+        pair<R, TT, true>(a, u, next != line, acc);
+        line = next;
+      }
+      if (u < u_end) pair<R, TT, false>(a, u, true, acc);
     }
-    if (u < u_end) pair<R, TT, false>(a, u, true, acc);
     if (!last) {
       for (int p = 0; p < kPairs; ++p) _mm512_storeu_ps(state + p * kLaneCount, acc[p]);
       return;

@@ -9,6 +9,10 @@ struct TileArgs {
   size_t cols;             // reduction length in elements
   float *y;                // &y[token 0 of the tile][row 0 of the tile]
   size_t y_stride;         // floats between tokens in y
+  // A tile that prepares its activations (Tile::prepare, on the prefill path) reads them here:
+  // token t of the tile at prepared + t · prepared_stride, from the k-block's first column.
+  const unsigned char *prepared = nullptr;
+  size_t prepared_stride = 0;
 };
 
 // Which driver runs a tile: it decides where the tile prefetches its weight rows.
