@@ -164,23 +164,26 @@ Error Session::run_experts(uint32_t layer, const model::LayerWeights &w, const f
     };
     const bool clamped = c.expert_activation == "swiglu_clamped";
     const float swiglu_limit = static_cast<float>(c.swiglu_limit), swiglu_alpha = static_cast<float>(c.swiglu_alpha);
-    const size_t decode_max_float = kernels::decode_driver_max_tokens(kernels_->isa, false);
-    const size_t decode_max_q8 = kernels::decode_driver_max_tokens(kernels_->isa, true);
-    auto matmul_fn = [&](size_t tokens) { return tokens <= decode_max_float ? kernels_->matmul_rows : kernels_->gemm_rows; };
-    auto matmul_q8_fn = [&](size_t tokens) { return tokens <= decode_max_q8 ? kernels_->matmul_rows_q8 : kernels_->gemm_rows_q8; };
+    // The driver for n tokens of an expert matrix of this dtype (the gate/up and down matrices
+    // may differ in dtype).
+    auto decode_driver = [&](kernels::DType dtype, size_t n) { return n <= kernels::decode_driver_max_tokens(kernels_->isa, dtype); };
+    auto matmul_fn = [&](kernels::DType dtype, size_t n) { return decode_driver(dtype, n) ? kernels_->matmul_rows : kernels_->gemm_rows; };
+    auto matmul_q8_fn = [&](kernels::DType dtype, size_t n) {
+      return decode_driver(dtype, n) ? kernels_->matmul_rows_q8 : kernels_->gemm_rows_q8;
+    };
     // Phase 1: gate and up stripes, then SiLU(gate)·up on the same stripe.
     build_tasks(F);
     pool_->parallel_for(b.tasks.size(), [&](size_t i, size_t) {
       const ExpertTask task = b.tasks[i];
       const size_t first = b.expert_offset[task.expert], n = b.expert_offset[task.expert + 1] - first;
       if (q8_in) {
-        auto fn = matmul_q8_fn(n);
+        auto fn = matmul_q8_fn(gate_w.dtype, n);
         fn(gate_w.matrix(task.expert), gate_w.dtype, gate_w.group_size, H, task.row_begin, task.row_end,
            &b.gathered_q8[first * in_row_q8], n, &b.gate[first * F], F);
         fn(up_w.matrix(task.expert), up_w.dtype, up_w.group_size, H, task.row_begin, task.row_end,
            &b.gathered_q8[first * in_row_q8], n, &b.up[first * F], F);
       } else {
-        auto fn = matmul_fn(n);
+        auto fn = matmul_fn(gate_w.dtype, n);
         fn(gate_w.matrix(task.expert), gate_w.dtype, gate_w.group_size, H, task.row_begin, task.row_end,
            &b.gathered[first * H], n, &b.gate[first * F], F);
         fn(up_w.matrix(task.expert), up_w.dtype, up_w.group_size, H, task.row_begin, task.row_end,
@@ -208,10 +211,10 @@ Error Session::run_experts(uint32_t layer, const model::LayerWeights &w, const f
       const ExpertTask task = b.tasks[i];
       const size_t first = b.expert_offset[task.expert], n = b.expert_offset[task.expert + 1] - first;
       if (q8_down)
-        matmul_q8_fn(n)(down_w.matrix(task.expert), down_w.dtype, down_w.group_size, F, task.row_begin, task.row_end,
+        matmul_q8_fn(down_w.dtype, n)(down_w.matrix(task.expert), down_w.dtype, down_w.group_size, F, task.row_begin, task.row_end,
                         &b.gathered_q8[first * down_row_q8], n, &b.expert_out[first * H], H);
       else
-        matmul_fn(n)(down_w.matrix(task.expert), down_w.dtype, down_w.group_size, F, task.row_begin, task.row_end,
+        matmul_fn(down_w.dtype, n)(down_w.matrix(task.expert), down_w.dtype, down_w.group_size, F, task.row_begin, task.row_end,
                      &b.gate[first * F], n, &b.expert_out[first * H], H);
       if (w.experts_down_bias.present())
         for (size_t r = first; r < first + n; ++r)

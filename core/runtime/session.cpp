@@ -383,8 +383,7 @@ void Session::matmuls(const MatmulJob *jobs, size_t job_count, const float *x, s
   unsigned char *x_q8 = buffers_->matmul_q8.data();
   if (q8_group)
     pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->quantize_row_q8(x + t * cols, cols, q8_group, x_q8 + t * q8_row); });
-  auto fn = count <= kernels::decode_driver_max_tokens(kernels_->isa, false) ? kernels_->matmul_rows : kernels_->gemm_rows;
-  auto fn_q8 = count <= kernels::decode_driver_max_tokens(kernels_->isa, true) ? kernels_->matmul_rows_q8 : kernels_->gemm_rows_q8;
+  auto decode_driver = [&](kernels::DType dtype) { return count <= kernels::decode_driver_max_tokens(kernels_->isa, dtype); };
   pool_->parallel_for(task_count, [&](size_t i, size_t) {
     const RowPosition first = equal_bytes_cut(shape, job_count, i, task_count, kMatmulRowAlign);
     const RowPosition last = equal_bytes_cut(shape, job_count, i + 1, task_count, kMatmulRowAlign);
@@ -393,10 +392,13 @@ void Session::matmuls(const MatmulJob *jobs, size_t job_count, const float *x, s
       const model::WeightMatrix &w = *job.w;
       const size_t begin = j == first.matrix ? first.row : 0, end = j == last.matrix ? last.row : w.rows;
       if (begin >= end) continue;
+      const bool decode = decode_driver(w.dtype);
       if (kernels::takes_q8_activations(w.dtype) && kernels::activation_group_size(w.dtype, w.group_size) == q8_group)
-        fn_q8(w.data, w.dtype, w.group_size, w.cols, begin, end, x_q8, count, job.y, job.y_stride);
+        (decode ? kernels_->matmul_rows_q8 : kernels_->gemm_rows_q8)(w.data, w.dtype, w.group_size, w.cols, begin, end, x_q8,
+                                                                     count, job.y, job.y_stride);
       else
-        fn(w.data, w.dtype, w.group_size, w.cols, begin, end, x, count, job.y, job.y_stride);
+        (decode ? kernels_->matmul_rows : kernels_->gemm_rows)(w.data, w.dtype, w.group_size, w.cols, begin, end, x, count,
+                                                               job.y, job.y_stride);
     }
   });
 }

@@ -115,10 +115,17 @@ float bf16_to_f32_value(uint16_t h) { return detail::bf16_to_f32_scalar(h); }
 uint16_t f32_to_f16_value(float f) { return detail::f32_to_f16_scalar(f); }
 uint16_t f32_to_bf16_value(float f) { return detail::f32_to_bf16_scalar(f); }
 
-size_t decode_driver_max_tokens(Isa isa, bool q8_activations) {
+size_t decode_driver_max_tokens(Isa isa, DType dtype) {
   switch (isa) {
-    case Isa::Avx512: return 16;
-    case Isa::Avx2: return q8_activations ? 16 : 8;
+    case Isa::Avx512:
+      switch (dtype) {
+        case DType::Q4:
+        case DType::MXFP4: return 1;
+        case DType::Q8:
+        case DType::Q8F16: return 8;
+        default: return 16;
+      }
+    case Isa::Avx2: return takes_q8_activations(dtype) ? 16 : 8;
     case Isa::Scalar: break;
   }
   return 8;

@@ -150,14 +150,16 @@ using MatmulQ8Fn = void (*)(const void *weights, DType dtype, uint32_t group_siz
 // dot products it feeds become NaN. out must hold row_bytes(Q8, group_size, cols) bytes.
 using QuantizeQ8Fn = void (*)(const float *x, size_t cols, uint32_t group_size, void *out);
 
-// The driver a caller picks for a matmul of T tokens: matmul_rows for T <= this, gemm_rows
-// above (the results are the same bits either way). Measured with `kernels_bench --batch`
-// (an expert's matrix streamed from DRAM, 2 threads; docs/performance.md): on AVX-512 the
-// decode driver is ahead of the GEMM tile up to 16 tokens for both expert shapes and every
-// weight dtype (f16 at 12 tokens: 214 against 151 GFLOP/s); on AVX2 for the q8-activation
-// dtypes, while AVX2's float tile (16 registers) loses from 8 tokens on the down projection.
-// A continuous-batching step gives each active expert about 8 to 16 tokens.
-size_t decode_driver_max_tokens(Isa isa, bool q8_activations);
+// The driver a caller picks for a matmul of T tokens of `dtype` weights: matmul_rows for T <=
+// this, gemm_rows above (the results are the same bits either way). Measured with
+// `kernels_bench --batch` (an expert's matrix streamed from DRAM; docs/performance.md): on
+// AVX-512 the decode driver is ahead of the GEMM tile up to 16 tokens for the float dtypes
+// (f16 at 12 tokens: 214 against 151 GFLOP/s, 2 threads), while the q8-activation GEMM tile,
+// which prepares each token's side of the activations once per panel, is ahead from 2 tokens
+// for q4/mxfp4 and from 9 for q8/q8f16; on AVX2 the decode driver is ahead up to 16 tokens for
+// the q8-activation dtypes, while AVX2's float tile (16 registers) loses from 8 tokens on the
+// down projection. A continuous-batching step gives each active expert about 8 to 16 tokens.
+size_t decode_driver_max_tokens(Isa isa, DType dtype);
 
 struct KernelTable {
   Isa isa;
