@@ -51,6 +51,8 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from transformers import (  # noqa: E402
     AutoModelForCausalLM,
     AutoTokenizer,
+    DeepseekV3Config,
+    DeepseekV3ForCausalLM,
     GenerationConfig,
     Glm4MoeConfig,
     GptOssConfig,
@@ -271,6 +273,18 @@ CHAT_GLM4 = (
     "{%- if add_generation_prompt %}\n"
     "{{- '<|assistant|>\\n' }}\n"
     "{%- endif %}\n"
+)
+
+# DeepSeek-V3 style: role markers without newlines, the assistant turn closed by the end token
+# (the real template's <｜User｜>/<｜Assistant｜> markers, spelled with this tokenizer's specials).
+CHAT_DEEPSEEK_V3 = (
+    "{{- bos_token if bos_token else '' }}\n"
+    "{%- for message in messages %}\n"
+    "{%- if message['role'] == 'system' %}{{- message['content'] }}\n"
+    "{%- elif message['role'] == 'user' %}{{- '<|im_start|>' + message['content'] }}\n"
+    "{%- else %}{{- '<|im_end|>' + message['content'] + '<|endoftext|>' }}{%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}{{- '<|im_end|>' }}{%- endif %}\n"
 )
 
 # MiniMax-M2 style: ]~!b[ / ]~b]role headers, [e~[ end of turn.
@@ -560,6 +574,70 @@ CASES = [
         ),
     },
     {
+        "name": "deepseek_v3_mla",
+        "model_cls": DeepseekV3ForCausalLM,
+        "config_cls": DeepseekV3Config,
+        "config": dict(
+            vocab_size=VOCAB, hidden_size=64, intermediate_size=48, moe_intermediate_size=24,
+            num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=8,
+            num_experts_per_tok=3, n_group=4, topk_group=2, n_shared_experts=1, first_k_dense_replace=1,
+            routed_scaling_factor=2.5, norm_topk_prob=True, q_lora_rank=64, kv_lora_rank=64,
+            qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, rope_interleave=True,
+            attention_bias=False, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                             "original_max_position_embeddings": 1024, "beta_fast": 32.0, "beta_slow": 1.0,
+                             "mscale": 0.707, "mscale_all_dim": 1.0},
+            rms_norm_eps=1e-6, max_position_embeddings=4096, bos_token_id=None, eos_token_id=509,
+            pad_token_id=509,
+        ),
+        "init": {"router": 0.5, "score_bias": 0.3},
+        "tokenizer": "bytelevel",
+        "chat_template": CHAT_DEEPSEEK_V3,
+        "tok_special": dict(bos=None, eos="<|endoftext|>", pad="<|endoftext|>"),
+        "gen": dict(bos_token_id=None, eos_token_id=509, pad_token_id=509),
+        "prompt": BYTE_PROMPT,
+        "base_seed": 9700,
+        "description": (
+            "DeepSeek-V3 (DeepseekV3ForCausalLM) with multi-head latent attention: q through q_a_proj (rank "
+            "64) -> q_a_layernorm -> q_b_proj, kv_a_proj_with_mqa -> a latent of kv_lora_rank 64 (kv_a_layernorm) "
+            "plus one shared rope key of 16, kv_b_proj expanding the latent to 4 heads of k_nope 32 and v 32; "
+            "interleaved rotary pairs (rope_interleave), YaRN (factor 4, original 1024, mscale 0.707 and "
+            "mscale_all_dim 1.0: cos/sin scaled by their ratio, the softmax scale by mscale_all_dim's square); "
+            "sigmoid router with a random non-zero e_score_correction_bias, 8 experts in 4 groups of which "
+            "the best 2 are eligible, top-3, renormalised (+1e-20), routed_scaling_factor 2.5, one shared "
+            "expert, layer 0 dense (first_k_dense_replace 1, intermediate 48)."
+        ),
+    },
+    {
+        "name": "deepseek_v3_direct_q",
+        "model_cls": DeepseekV3ForCausalLM,
+        "config_cls": DeepseekV3Config,
+        "config": dict(
+            vocab_size=VOCAB, hidden_size=64, intermediate_size=48, moe_intermediate_size=32,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=8,
+            num_experts_per_tok=2, n_group=1, topk_group=1, n_shared_experts=2, first_k_dense_replace=0,
+            routed_scaling_factor=1.0, norm_topk_prob=False, q_lora_rank=None, kv_lora_rank=32,
+            qk_nope_head_dim=32, qk_rope_head_dim=32, v_head_dim=64, rope_interleave=False,
+            attention_bias=False, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            rms_norm_eps=1e-6, max_position_embeddings=4096, bos_token_id=None, eos_token_id=509,
+            pad_token_id=509,
+        ),
+        "init": {"router": 0.5, "score_bias": 0.3},
+        "tokenizer": "bytelevel",
+        "chat_template": CHAT_DEEPSEEK_V3,
+        "tok_special": dict(bos=None, eos="<|endoftext|>", pad="<|endoftext|>"),
+        "gen": dict(bos_token_id=None, eos_token_id=509, pad_token_id=509),
+        "prompt": BYTE_PROMPT,
+        "base_seed": 9800,
+        "description": (
+            "DeepSeek-V3 with q_lora_rank null (a direct q_proj, as DeepSeek-V2-Lite), kv_lora_rank 32, "
+            "k_nope 32 + rope 32 per head, v 64 (v_head_dim != qk_nope_head_dim), rotate_half RoPE "
+            "(rope_interleave false) without scaling; one expert group, top-2 of 8 without renormalisation, "
+            "two shared experts (shared ffn 2 x 32), every layer MoE (first_k_dense_replace 0)."
+        ),
+    },
+    {
         "name": "gpt_oss_sinks",
         "model_cls": GptOssForCausalLM,
         "config_cls": GptOssConfig,
@@ -630,7 +708,7 @@ CASES = [
 # Model init, oracle computation
 # --------------------------------------------------------------------------------------
 
-SIGMOID_CASES = ("glm4_moe_groups", "minimax_m2_sigmoid")
+SIGMOID_CASES = ("glm4_moe_groups", "minimax_m2_sigmoid", "deepseek_v3_mla", "deepseek_v3_direct_q")
 INIT_STD = {"matrix": 0.15, "router": 0.3, "embed": 0.3, "lm_head": 0.3, "norm": 0.2, "bias": 0.2, "score_bias": 0.2,
             "sinks": 0.15}
 
@@ -695,7 +773,7 @@ def router_margins(model, ids: torch.Tensor, top_k: int):
     margins = {}
     for i, logits in sorted(captured.items()):
         gate = dict(moe_gates(model))[i]
-        if getattr(model.config, "model_type", "") in ("glm4_moe", "minimax_m2"):
+        if getattr(model.config, "model_type", "") in ("glm4_moe", "minimax_m2", "deepseek_v3"):
             margins[i] = sigmoid_margin(model, i, gate, logits.float(), top_k)
             continue
         probs = torch.softmax(logits.float(), dim=-1)

@@ -40,14 +40,14 @@ def load_hparams(cfg: dict) -> dict:
         # num_experts / num_local_experts are aliases in every family's config class
         "experts": cfg.get("num_local_experts", cfg.get("num_experts", cfg.get("n_routed_experts"))),
         "top_k": cfg["num_experts_per_tok"],
-        "norm_topk": True if mt in ("mixtral", "minimax_m2") else bool(cfg.get("norm_topk_prob", mt == "glm4_moe")),
-        # GLM-4.5 / MiniMax-M2: sigmoid router, e_score_correction_bias, groups, scaling, partial RoPE
-        "sigmoid": mt in ("glm4_moe", "minimax_m2"),
+        "norm_topk": True if mt in ("mixtral", "minimax_m2") else bool(cfg.get("norm_topk_prob", mt in ("glm4_moe", "deepseek_v3"))),
+        # GLM-4.5 / MiniMax-M2 / DeepSeek-V3: sigmoid router, e_score_correction_bias, groups, scaling
+        "sigmoid": mt in ("glm4_moe", "minimax_m2", "deepseek_v3"),
         "n_group": cfg.get("n_group", 1),
         "topk_group": cfg.get("topk_group", 1),
-        "scale": cfg.get("routed_scaling_factor", 1.0) if mt == "glm4_moe" else 1.0,
-        "first_k_dense": cfg.get("first_k_dense_replace", 0) if mt == "glm4_moe" else 0,
-        "n_shared": cfg.get("n_shared_experts", 0) if mt == "glm4_moe" else 0,
+        "scale": cfg.get("routed_scaling_factor", 1.0) if mt in ("glm4_moe", "deepseek_v3") else 1.0,
+        "first_k_dense": cfg.get("first_k_dense_replace", 0) if mt in ("glm4_moe", "deepseek_v3") else 0,
+        "n_shared": cfg.get("n_shared_experts", 0) if mt in ("glm4_moe", "deepseek_v3") else 0,
         "qk_norm_per_head": mt == "qwen3_moe" or (mt == "glm4_moe" and cfg.get("use_qk_norm", False)),
         "qk_norm_full": mt in ("olmoe", "minimax_m2"),
         "tied": bool(cfg.get("tie_word_embeddings", False)),
@@ -57,6 +57,12 @@ def load_hparams(cfg: dict) -> dict:
     }
     rp = cfg.get("rope_parameters") or {}
     factor = rp.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
+    hp["mla"] = mt == "deepseek_v3"
+    if hp["mla"]:  # multi-head latent attention: RoPE over the shared rope key's dimensions only
+        hp["q_lora"], hp["kv_lora"] = cfg.get("q_lora_rank"), cfg["kv_lora_rank"]
+        hp["nope"], hp["rope_dim"], hp["v_dim"] = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+        hp["interleave"] = bool(cfg.get("rope_interleave", True))
+        hp["head_dim"] = hp["rope_dim"]
     hp["rotary_dim"] = int(hp["head_dim"] * factor)
     hp["yarn"] = rp if rp.get("rope_type") == "yarn" else None
     assert rp.get("rope_type", "default") in ("default", "yarn") and not cfg.get("rope_scaling"), "default or yarn RoPE"
@@ -97,15 +103,24 @@ def yarn_inv_freq(d, theta, yarn):
     ramp = np.clip((np.arange(d // 2, dtype=np.float64) - low) / (high - low), 0, 1)
     extra = 1 - ramp
     inv = (1.0 / (factor * pos_freqs)) * (1 - extra) + (1.0 / pos_freqs) * extra
-    mscale = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+    get_mscale = lambda m: 0.1 * m * math.log(factor) + 1.0 if factor > 1 else 1.0
+    if yarn.get("mscale") and yarn.get("mscale_all_dim"):  # DeepSeek: the ratio of the two
+        mscale = get_mscale(yarn["mscale"]) / get_mscale(yarn["mscale_all_dim"])
+    else:
+        mscale = get_mscale(1.0)
     return inv, yarn.get("attention_factor") or mscale
 
 
-def rope(x, pos, theta, rotary_dim=None, yarn=None):
+def rope(x, pos, theta, rotary_dim=None, yarn=None, interleave=False):
     """x [T, n, d]; HF rotate_half convention (first half / second half) over the first
-    rotary_dim values of each head (all of them by default); the rest pass through."""
+    rotary_dim values of each head (all of them by default); the rest pass through.
+    interleave (DeepSeek rope_interleave): the pairs are (x0, x1), (x2, x3), ...; the result is
+    written in the rotate_half layout (the rotated evens, then the rotated odds), as transformers'
+    apply_rotary_pos_emb_interleave returns it."""
     if rotary_dim is not None and rotary_dim < x.shape[-1]:
-        return np.concatenate([rope(x[..., :rotary_dim], pos, theta, None, yarn), x[..., rotary_dim:]], -1)
+        return np.concatenate([rope(x[..., :rotary_dim], pos, theta, None, yarn, interleave), x[..., rotary_dim:]], -1)
+    if interleave:
+        x = np.concatenate([x[..., 0::2], x[..., 1::2]], -1)
     d = x.shape[-1]
     inv, scale = 1.0 / (theta ** (np.arange(0, d, 2, dtype=np.float64) / d)), 1.0
     if yarn is not None:
@@ -120,7 +135,7 @@ def rope(x, pos, theta, rotary_dim=None, yarn=None):
 def is_moe_layer(hp, i):
     if hp["family"] in ("mixtral", "olmoe", "minimax_m2", "gpt_oss"):
         return True
-    if hp["family"] == "glm4_moe":
+    if hp["family"] in ("glm4_moe", "deepseek_v3"):
         return i >= hp["first_k_dense"]
     return i not in hp["mlp_only_layers"] and hp["experts"] > 0 and (i + 1) % hp["sparse_step"] == 0
 
@@ -152,6 +167,73 @@ def load_weights(d: Path) -> dict:
     return W
 
 
+def gqa_attention(hp, W, lin, a, h, pos, mask, i):
+    """Grouped-query attention of layer i (prefix a = "model.layers.i.self_attn."), the o_proj output."""
+    T = h.shape[0]
+    H, KV, hd = hp["heads"], hp["kv_heads"], hp["head_dim"]
+    p = a[: -len("self_attn.")]
+    q, k, v = lin(a + "q_proj", h), lin(a + "k_proj", h), lin(a + "v_proj", h)
+    if hp["qk_norm_full"]:  # norm over the whole projection, then (OLMoE) clip q, k (normed) and v (raw)
+        q = rms_norm(q, W[p + "self_attn.q_norm.weight"], hp["eps"])
+        k = rms_norm(k, W[p + "self_attn.k_norm.weight"], hp["eps"])
+        if hp["clip_qkv"] is not None:
+            c = hp["clip_qkv"]
+            q, k, v = np.clip(q, -c, c), np.clip(k, -c, c), np.clip(v, -c, c)
+    q, k, v = q.reshape(T, H, hd), k.reshape(T, KV, hd), v.reshape(T, KV, hd)
+    if hp["qk_norm_per_head"]:  # per-head norm, weight [head_dim] shared by all heads
+        q = rms_norm(q, W[p + "self_attn.q_norm.weight"], hp["eps"])
+        k = rms_norm(k, W[p + "self_attn.k_norm.weight"], hp["eps"])
+    q = rope(q, pos, hp["rope_theta"], hp["rotary_dim"], hp["yarn"])
+    k = rope(k, pos, hp["rope_theta"], hp["rotary_dim"], hp["yarn"])
+    att = np.empty((T, H, hd))
+    m_i = mask
+    if hp["gpt_oss"] and hp["sliding"][i]:  # a query sees keys j with i - window < j <= i
+        m_i = mask + np.tril(np.full((T, T), -np.inf), -hp["window"])
+    for hh in range(H):
+        kvh = hh // (H // KV)
+        s = q[:, hh, :] @ k[:, kvh, :].T / np.sqrt(hd) + m_i
+        if hp["gpt_oss"]:  # a learned sink logit per head joins the softmax and adds no value
+            sink = np.full((T, 1), W[p + "self_attn.sinks"][hh])
+            full = np.concatenate([s, sink], -1)
+            e = np.exp(full - full.max(-1, keepdims=True))
+            att[:, hh, :] = (e[:, :-1] / e.sum(-1, keepdims=True)) @ v[:, kvh, :]
+            continue
+        s = np.exp(s - s.max(-1, keepdims=True))
+        att[:, hh, :] = (s / s.sum(-1, keepdims=True)) @ v[:, kvh, :]
+    return lin(a + "o_proj", att.reshape(T, H * hd))
+
+
+def mla_attention(hp, W, lin, a, h, pos, mask):
+    """Multi-head latent attention (DeepSeek-V2/V3, transformers DeepseekV3Attention): q through the
+    low-rank q_a/q_b pair (or q_proj), one latent of kv_lora_rank plus a shared rope key per token,
+    kv_b_proj expanding the latent into per-head k_nope and v; the o_proj output."""
+    T, H = h.shape[0], hp["heads"]
+    nope, rd, vd, r = hp["nope"], hp["rope_dim"], hp["v_dim"], hp["kv_lora"]
+    if hp["q_lora"] is None:
+        q = lin(a + "q_proj", h)
+    else:
+        q = lin(a + "q_b_proj", rms_norm(lin(a + "q_a_proj", h), W[a + "q_a_layernorm.weight"], hp["eps"]))
+    q = q.reshape(T, H, nope + rd)
+    kva = lin(a + "kv_a_proj_with_mqa", h)
+    latent = rms_norm(kva[:, :r], W[a + "kv_a_layernorm.weight"], hp["eps"])
+    k_rot = rope(kva[:, None, r:], pos, hp["rope_theta"], None, hp["yarn"], hp["interleave"])
+    q_rot = rope(q[..., nope:], pos, hp["rope_theta"], None, hp["yarn"], hp["interleave"])
+    kv = lin(a + "kv_b_proj", latent).reshape(T, H, nope + vd)
+    k_nope, v = kv[..., :nope], kv[..., nope:]
+    scaling = (nope + rd) ** -0.5
+    y = hp["yarn"]
+    if y is not None and y.get("mscale_all_dim"):
+        import math
+        m = 0.1 * y["mscale_all_dim"] * math.log(y["factor"]) + 1.0 if y["factor"] > 1 else 1.0
+        scaling = scaling * m * m
+    att = np.empty((T, H, vd))
+    for hh in range(H):
+        s = (q[:, hh, :nope] @ k_nope[:, hh, :].T + q_rot[:, hh, :] @ k_rot[:, 0, :].T) * scaling + mask
+        s = np.exp(s - s.max(-1, keepdims=True))
+        att[:, hh, :] = (s / s.sum(-1, keepdims=True)) @ v[:, hh, :]
+    return lin(a + "o_proj", att.reshape(T, H * vd))
+
+
 def forward(d: Path, ids: list[int]) -> np.ndarray:
     cfg = json.loads((d / "config.json").read_text())
     hp = load_hparams(cfg)
@@ -172,36 +254,10 @@ def forward(d: Path, ids: list[int]) -> np.ndarray:
     for i in range(hp["layers"]):
         p = f"model.layers.{i}."
         h = rms_norm(x, W[p + "input_layernorm.weight"], hp["eps"])
-        q, k, v = lin(p + "self_attn.q_proj", h), lin(p + "self_attn.k_proj", h), lin(p + "self_attn.v_proj", h)
-        if hp["qk_norm_full"]:  # norm over the whole projection, then (OLMoE) clip q, k (normed) and v (raw)
-            q = rms_norm(q, W[p + "self_attn.q_norm.weight"], hp["eps"])
-            k = rms_norm(k, W[p + "self_attn.k_norm.weight"], hp["eps"])
-            if hp["clip_qkv"] is not None:
-                c = hp["clip_qkv"]
-                q, k, v = np.clip(q, -c, c), np.clip(k, -c, c), np.clip(v, -c, c)
-        q, k, v = q.reshape(T, H, hd), k.reshape(T, KV, hd), v.reshape(T, KV, hd)
-        if hp["qk_norm_per_head"]:  # per-head norm, weight [head_dim] shared by all heads
-            q = rms_norm(q, W[p + "self_attn.q_norm.weight"], hp["eps"])
-            k = rms_norm(k, W[p + "self_attn.k_norm.weight"], hp["eps"])
-        q = rope(q, pos, hp["rope_theta"], hp["rotary_dim"], hp["yarn"])
-        k = rope(k, pos, hp["rope_theta"], hp["rotary_dim"], hp["yarn"])
-        att = np.empty((T, H, hd))
-        m_i = mask
-        if hp["gpt_oss"] and hp["sliding"][i]:  # a query sees keys j with i - window < j <= i
-            m_i = mask + np.tril(np.full((T, T), -np.inf), -hp["window"])
-        for hh in range(H):
-            kvh = hh // (H // KV)
-            s = q[:, hh, :] @ k[:, kvh, :].T / np.sqrt(hd) + m_i
-            if hp["gpt_oss"]:  # a learned sink logit per head joins the softmax and adds no value
-                sink = np.full((T, 1), W[p + "self_attn.sinks"][hh])
-                full = np.concatenate([s, sink], -1)
-                e = np.exp(full - full.max(-1, keepdims=True))
-                att[:, hh, :] = (e[:, :-1] / e.sum(-1, keepdims=True)) @ v[:, kvh, :]
-                continue
-            s = np.exp(s - s.max(-1, keepdims=True))
-            att[:, hh, :] = (s / s.sum(-1, keepdims=True)) @ v[:, kvh, :]
-        x = x + lin(p + "self_attn.o_proj", att.reshape(T, H * hd))
-
+        if hp["mla"]:
+            x = x + mla_attention(hp, W, lin, p + "self_attn.", h, pos, mask)
+        else:
+            x = x + gqa_attention(hp, W, lin, p + "self_attn.", h, pos, mask, i)
         h = rms_norm(x, W[p + "post_attention_layernorm.weight"], hp["eps"])
         if not is_moe_layer(hp, i):
             m = p + "mlp."
@@ -232,7 +288,7 @@ def forward(d: Path, ids: list[int]) -> np.ndarray:
         logits = h @ W[m + "gate.weight"].T
         if hp["sigmoid"]:
             probs = 1.0 / (1.0 + np.exp(-logits))
-            bias_name = m + ("gate.e_score_correction_bias" if fam == "glm4_moe" else "e_score_correction_bias")
+            bias_name = m + ("gate.e_score_correction_bias" if fam in ("glm4_moe", "deepseek_v3") else "e_score_correction_bias")
             choice = probs + W[bias_name]
         else:
             probs = np.exp(logits - logits.max(-1, keepdims=True))
@@ -264,7 +320,7 @@ def forward(d: Path, ids: list[int]) -> np.ndarray:
             shared = lin(se + "down_proj", silu(lin(se + "gate_proj", h)) * lin(se + "up_proj", h))
             gate = 1.0 / (1.0 + np.exp(-(h @ W[m + "shared_expert_gate.weight"].T)))
             out = out + gate * shared
-        if hp["n_shared"]:  # GLM: shared experts, summed without a gate
+        if hp["n_shared"]:  # GLM, DeepSeek: shared experts, summed without a gate
             se = m + "shared_experts."
             out = out + lin(se + "down_proj", silu(lin(se + "gate_proj", h)) * lin(se + "up_proj", h))
         x = x + out
