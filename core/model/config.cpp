@@ -61,6 +61,15 @@ nlohmann::json ModelConfig::to_json() const {
   }
   if (router_bias) j["router_bias"] = true;
   if (expert_bias) j["expert_bias"] = true;
+  if (mla()) {
+    j["attention"] = attention;
+    j["q_lora_rank"] = q_lora_rank;
+    j["kv_lora_rank"] = kv_lora_rank;
+    j["qk_nope_head_dim"] = qk_nope_head_dim;
+    j["v_head_dim"] = v_head_dim;
+    j["attention_scale"] = attention_scale;
+  }
+  if (rope_interleave) j["rope_interleave"] = true;
   if (expert_activation != "silu") {
     j["expert_activation"] = expert_activation;
     j["swiglu_limit"] = swiglu_limit;
@@ -126,6 +135,10 @@ Error ModelConfig::check_limits() const {
       {"expert_group_top", expert_group_top, ModelLimits::kExpertCount},
       {"rotary_dim", rotary_dim, ModelLimits::kHeadDim},
       {"mtp_layer_count", mtp_layer_count, ModelLimits::kLayerCount},
+      {"q_lora_rank", q_lora_rank, ModelLimits::kHiddenSize},
+      {"kv_lora_rank", kv_lora_rank, ModelLimits::kHiddenSize},
+      {"qk_nope_head_dim", qk_nope_head_dim, ModelLimits::kHeadDim},
+      {"v_head_dim", v_head_dim, ModelLimits::kHeadDim},
   };
   for (const Limit &l : limits)
     if (l.value > l.limit)
@@ -187,6 +200,15 @@ Error ModelConfig::from_json(const nlohmann::json &j, ModelConfig *out) {
   COLIBRI_READ_OPTIONAL(router_bias);
   COLIBRI_READ_OPTIONAL(expert_bias);
   COLIBRI_READ_OPTIONAL(expert_activation);
+  COLIBRI_READ_OPTIONAL(attention);
+  COLIBRI_READ_OPTIONAL(rope_interleave);
+  if (c.mla()) {
+    COLIBRI_READ(q_lora_rank);
+    COLIBRI_READ(kv_lora_rank);
+    COLIBRI_READ(qk_nope_head_dim);
+    COLIBRI_READ(v_head_dim);
+    COLIBRI_READ(attention_scale);
+  }
   if (c.expert_activation == "swiglu_clamped") {
     COLIBRI_READ(swiglu_limit);
     COLIBRI_READ(swiglu_alpha);
@@ -203,11 +225,11 @@ Error ModelConfig::from_json(const nlohmann::json &j, ModelConfig *out) {
 #undef COLIBRI_READ
   if (c.rotary_dim == 0) c.rotary_dim = c.head_dim;
   const char *families[] = {kFamilyMixtral, kFamilyQwen2Moe, kFamilyQwen3Moe, kFamilyOlmoe, kFamilyGlm4Moe,
-                            kFamilyMinimaxM2, kFamilyGptOss};
+                            kFamilyMinimaxM2, kFamilyGptOss, kFamilyDeepseekV3};
   if (std::find(std::begin(families), std::end(families), c.family) == std::end(families))
     return make_error(ErrorKind::Unsupported,
                       strprintf("model family '%s' is not supported by this build (supported: mixtral, qwen2_moe, "
-                                "qwen3_moe, olmoe, glm4_moe, minimax_m2, gpt_oss)",
+                                "qwen3_moe, olmoe, glm4_moe, minimax_m2, gpt_oss, deepseek_v3)",
                                 c.family.c_str()));
   if (Error e = c.check_limits()) return e;
   if (c.vocab_size == 0 || c.hidden_size == 0 || c.layer_count == 0 || c.head_count == 0 || c.kv_head_count == 0 ||
@@ -276,6 +298,18 @@ Error ModelConfig::from_json(const nlohmann::json &j, ModelConfig *out) {
       (!(c.swiglu_limit > 0.0 && c.swiglu_limit < 1e6) || !(c.swiglu_alpha > 0.0 && c.swiglu_alpha < 1e6)))
     return bad("swiglu_clamped needs swiglu_limit and swiglu_alpha in (0, 1e6)");
   if (c.router_bias && c.router_score != "softmax") return bad("router_bias needs router_score softmax");
+  if (c.attention != "gqa" && c.attention != "mla")
+    return make_error(ErrorKind::Unsupported, strprintf("attention '%s' is not supported (supported: gqa, mla)",
+                                                        c.attention.c_str()));
+  if (c.mla()) {
+    if (c.kv_lora_rank == 0 || c.qk_nope_head_dim == 0 || c.v_head_dim == 0)
+      return bad("mla attention needs kv_lora_rank, qk_nope_head_dim and v_head_dim > 0");
+    if (c.kv_head_count != c.head_count) return bad("mla attention needs kv_head_count = head_count");
+    if (c.rotary_dim != c.head_dim) return bad("mla attention rotates the whole rope part: rotary_dim = head_dim");
+    if (c.qk_norm != "none" || c.clip_qkv != 0.0 || c.attention_bias || c.attention_sinks || !c.layer_is_sliding.empty())
+      return bad("mla attention takes no q/k norm, clipping, q/k/v biases, sinks or sliding layers");
+    if (!(c.attention_scale > 0.0 && c.attention_scale < 1e3)) return bad("mla attention needs attention_scale in (0, 1e3)");
+  }
   if (!(c.rms_norm_eps > 0.0) || !(c.rope_theta > 0.0) || c.clip_qkv < 0.0)
     return bad("rms_norm_eps and rope_theta must be positive, clip_qkv non-negative");
   *out = std::move(c);

@@ -22,6 +22,7 @@ inline constexpr const char *kFamilyOlmoe = "olmoe";
 inline constexpr const char *kFamilyGlm4Moe = "glm4_moe";
 inline constexpr const char *kFamilyMinimaxM2 = "minimax_m2";
 inline constexpr const char *kFamilyGptOss = "gpt_oss";
+inline constexpr const char *kFamilyDeepseekV3 = "deepseek_v3";
 
 struct ModelConfig {
   std::string family;           // one of kFamily*
@@ -60,6 +61,25 @@ struct ModelConfig {
   // sliding_window positions only (the query's own included). Empty list = no sliding layer.
   uint64_t sliding_window = 0;
   std::vector<uint8_t> layer_is_sliding;
+  // Multi-head latent attention (attention "mla": DeepSeek-V2/V3, Kimi-K2; transformers
+  // DeepseekV3Attention). A query head is qk_nope_head_dim values without RoPE plus head_dim
+  // (qk_rope_head_dim) with it, from attn_q, or from attn_q_b(RMSNorm(attn_q_a(x))) when
+  // q_lora_rank > 0. Per token one latent of kv_lora_rank (attn_kv_a_mqa's first rows,
+  // RMSNorm'ed) and one rope key of head_dim (its last rows) shared by every head are cached;
+  // head h's key is attn_k_b[h]ᵀ·latent ⊕ rope key and its value attn_v_b[h]·latent
+  // (v_head_dim values). The engine attends in the absorbed form: q̃_h = attn_k_b[h]·q_nope_h
+  // against the cached latents, then attn_v_b[h] on the weighted latent. rope_interleave: RoPE
+  // pairs are neighbours (x0, x1), (x2, x3), ... and come out in the rotate_half layout
+  // (transformers apply_rotary_pos_emb_interleave). attention_scale: the softmax scale
+  // ((qk_nope + qk_rope)^-1/2, times YaRN's mscale_all_dim factor squared); kv_head_count =
+  // head_count. Keys written only for MLA, so that other images are unchanged.
+  std::string attention = "gqa";  // "gqa" | "mla"
+  uint64_t q_lora_rank = 0;
+  uint64_t kv_lora_rank = 0;
+  uint64_t qk_nope_head_dim = 0;
+  uint64_t v_head_dim = 0;
+  bool rope_interleave = false;
+  double attention_scale = 0.0;
 
   // MoE
   uint64_t expert_count = 0;
@@ -94,6 +114,10 @@ struct ModelConfig {
   // num_nextn_predict_layers). Informational: the converter leaves them out of the image and
   // the forward pass never runs them.
   uint64_t mtp_layer_count = 0;
+
+  bool mla() const { return attention == "mla"; }
+  // Values of one query head: head_dim, or (MLA) qk_nope_head_dim + head_dim.
+  uint64_t query_head_dim() const { return mla() ? qk_nope_head_dim + head_dim : head_dim; }
 
   nlohmann::json to_json() const;
   // Parses and checks consistency (non-zero sizes, top_k ≤ experts, heads divide, the

@@ -185,10 +185,24 @@ Error Model::bind() {
     auto name = [&](const char *role) { return n::layer_tensor(l, role); };
     w.attn_norm = b.vector(name(n::kAttnNorm), H);
     w.ffn_norm = b.vector(name(n::kFfnNorm), H);
-    w.attn_q = b.matrix(name(n::kAttnQ), 1, Q, H);
-    w.attn_k = b.matrix(name(n::kAttnK), 1, KV, H);
-    w.attn_v = b.matrix(name(n::kAttnV), 1, KV, H);
-    w.attn_output = b.matrix(name(n::kAttnOutput), 1, H, Q);
+    if (c.mla()) {
+      if (c.q_lora_rank) {
+        w.attn_q_a = b.matrix(name(n::kAttnQA), 1, c.q_lora_rank, H);
+        w.attn_q_a_norm = b.vector(name(n::kAttnQANorm), c.q_lora_rank);
+        w.attn_q_b = b.matrix(name(n::kAttnQB), 1, Q, c.q_lora_rank);
+      } else {
+        w.attn_q = b.matrix(name(n::kAttnQ), 1, Q, H);
+      }
+      w.attn_kv_a_mqa = b.matrix(name(n::kAttnKvAMqa), 1, KV, H);
+      w.attn_kv_a_norm = b.vector(name(n::kAttnKvANorm), c.kv_lora_rank);
+      w.attn_k_b = b.matrix(name(n::kAttnKB), c.head_count, c.kv_lora_rank, c.qk_nope_head_dim);
+      w.attn_v_b = b.matrix(name(n::kAttnVB), c.head_count, c.v_head_dim, c.kv_lora_rank);
+    } else {
+      w.attn_q = b.matrix(name(n::kAttnQ), 1, Q, H);
+      w.attn_k = b.matrix(name(n::kAttnK), 1, KV, H);
+      w.attn_v = b.matrix(name(n::kAttnV), 1, KV, H);
+    }
+    w.attn_output = b.matrix(name(n::kAttnOutput), 1, H, attn_out_dim());
     if (c.attention_bias) {
       w.attn_q_bias = b.vector(name(n::kAttnQBias), Q);
       w.attn_k_bias = b.vector(name(n::kAttnKBias), KV);

@@ -46,6 +46,11 @@ struct LayerWeights {
   WeightVector attn_q_norm, attn_k_norm;              // [head_dim] (per head) or [q_dim]/[kv_dim] (full)
   WeightVector attn_output_bias;                       // [hidden] (gpt-oss)
   WeightVector attn_sinks;                             // [heads] (gpt-oss)
+  // Multi-head latent attention (config attention "mla"; tensor_names.h has the shapes):
+  // attn_q (q_lora_rank 0) or attn_q_a → attn_q_a_norm → attn_q_b; attn_kv_a_mqa (latent + rope
+  // key), attn_kv_a_norm; attn_k_b and attn_v_b stacked per head.
+  WeightMatrix attn_q_a, attn_q_b, attn_kv_a_mqa, attn_k_b, attn_v_b;
+  WeightVector attn_q_a_norm, attn_kv_a_norm;
   bool sliding = false;                                // attends to the last sliding_window positions only
   bool is_moe = false;
   WeightMatrix router;                                 // [E, hidden] f32
@@ -104,8 +109,15 @@ class Model {
   // 50%, node 1: 50% of 1024 sampled pages", or why nothing was placed or measured.
   const std::string &numa_report() const { return numa_report_; }
 
-  uint64_t q_dim() const { return config_.head_count * config_.head_dim; }
-  uint64_t kv_dim() const { return config_.kv_head_count * config_.head_dim; }
+  // Query values of a token (every head), and the values one cache row holds per position and
+  // layer: keys of kv_head_count × head_dim (values the same again), or (MLA) the latent and the
+  // rope key, kv_lora_rank + head_dim (no separate values: they are the latent).
+  uint64_t q_dim() const { return config_.head_count * config_.query_head_dim(); }
+  uint64_t kv_dim() const {
+    return config_.mla() ? config_.kv_lora_rank + config_.head_dim : config_.kv_head_count * config_.head_dim;
+  }
+  // The attention output o_proj reads: q_dim, or (MLA) head_count × v_head_dim.
+  uint64_t attn_out_dim() const { return config_.mla() ? config_.head_count * config_.v_head_dim : q_dim(); }
 
  private:
   Model() = default;

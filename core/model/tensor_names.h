@@ -33,6 +33,14 @@ inline constexpr const char *kAttnOutputBias = "attn_output_bias";  // [hidden] 
 inline constexpr const char *kAttnSinks = "attn_sinks";          // [heads] f32 (gpt-oss)
 inline constexpr const char *kAttnQNorm = "attn_q_norm";         // [head_dim] per-head, or [heads*head_dim] full
 inline constexpr const char *kAttnKNorm = "attn_k_norm";         // [head_dim] per-head, or [kv_heads*head_dim] full
+// Multi-head latent attention (ModelConfig::attention "mla"; nope = qk_nope_head_dim, rope = head_dim):
+inline constexpr const char *kAttnQA = "attn_q_a";               // [q_lora_rank, hidden] (q_lora_rank > 0)
+inline constexpr const char *kAttnQANorm = "attn_q_a_norm";      // [q_lora_rank]
+inline constexpr const char *kAttnQB = "attn_q_b";               // [heads*(nope+rope), q_lora_rank]; else attn_q [heads*(nope+rope), hidden]
+inline constexpr const char *kAttnKvAMqa = "attn_kv_a_mqa";      // [kv_lora_rank + rope, hidden]: latent rows, then the rope key
+inline constexpr const char *kAttnKvANorm = "attn_kv_a_norm";    // [kv_lora_rank]
+inline constexpr const char *kAttnKB = "attn_k_b";               // [heads, kv_lora_rank, nope]: per head kv_b_proj's key rows, transposed
+inline constexpr const char *kAttnVB = "attn_v_b";               // [heads, v_head_dim, kv_lora_rank]: per head kv_b_proj's value rows
 inline constexpr const char *kFfnNorm = "ffn_norm";              // [hidden] (post-attention norm)
 inline constexpr const char *kRouter = "ffn_gate_inp";           // [experts, hidden], always f32
 inline constexpr const char *kRouterSelectBias = "ffn_exp_probs_b";  // [experts] f32: sigmoid routers' e_score_correction_bias

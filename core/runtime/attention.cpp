@@ -36,6 +36,19 @@ void apply_rope(float *vec, size_t half, const float *cos_v, const float *sin_v)
   }
 }
 
+// DeepSeek's rope_interleave: pair i is (x[2i], x[2i + 1]), and the rotated pair is written in
+// the rotate_half layout, x[i] and x[i + half] (transformers apply_rotary_pos_emb_interleave),
+// which is what the keys it caches and the queries it scores hold. half ≤ ModelLimits::kHeadDim / 2.
+void apply_rope_interleaved(float *vec, size_t half, const float *cos_v, const float *sin_v) {
+  float pairs[model::ModelLimits::kHeadDim];
+  std::memcpy(pairs, vec, 2 * half * sizeof(float));
+  for (size_t i = 0; i < half; ++i) {
+    const float x1 = pairs[2 * i], x2 = pairs[2 * i + 1];
+    vec[i] = x1 * cos_v[i] - x2 * sin_v[i];
+    vec[i + half] = x2 * cos_v[i] + x1 * sin_v[i];
+  }
+}
+
 // YaRN's correction dimension: the dim whose wavelength makes num_rotations turns over
 // max_positions (transformers find_correction_dim), in double as Python computes it.
 double yarn_correction_dim(double num_rotations, double dim, double base, double max_positions) {
@@ -108,6 +121,7 @@ void Session::prepare_rope(const BatchEntry *entries, size_t count) {
 }
 
 Error Session::attention(uint32_t layer, const BatchEntry *entries, size_t count) {
+  if (model_.config().mla()) return attention_mla(layer, entries, count);
   StageTimer timer(stats_, Stage::Attention);
   const model::ModelConfig &c = model_.config();
   const model::LayerWeights &w = model_.layers()[layer];
@@ -233,6 +247,129 @@ Error Session::attention(uint32_t layer, const BatchEntry *entries, size_t count
   matmul(w.attn_output, b.attn.data(), count, b.ffn_out.data(), H);
   if (w.attn_output_bias.present())
     pool_->parallel_for(count, [&](size_t t, size_t) { add_bias(&b.ffn_out[t * H], w.attn_output_bias, H); });
+  if (Error e = guard_non_finite(b.ffn_out.data(), count, H, {"attention output", layer, true}, entries)) return e;
+  pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->add(&b.x[t * H], &b.x[t * H], &b.ffn_out[t * H], H); });
+  return {};
+}
+
+
+void Session::per_head_matmul(const model::WeightMatrix &m, const float *x, size_t x_stride, size_t x_head,
+                              size_t count, float *y, size_t y_stride, size_t y_head) {
+  Buffers &b = *buffers_;
+  const size_t cols = m.cols, gather = b.mla_gather.size() / pool_->thread_count();
+  const bool decode = count <= kernels::decode_driver_max_tokens(kernels_->isa, m.dtype);
+  pool_->parallel_for(m.count, [&](size_t h, size_t thread) {
+    float *in = &b.mla_gather[thread * gather];
+    for (size_t t = 0; t < count; ++t) std::memcpy(in + t * cols, x + t * x_stride + h * x_head, cols * sizeof(float));
+    (decode ? kernels_->matmul_rows : kernels_->gemm_rows)(m.matrix(h), m.dtype, m.group_size, cols, 0, m.rows, in, count,
+                                                            y + h * y_head, y_stride);
+  });
+}
+
+// Multi-head latent attention (DeepSeek-V2/V3; transformers DeepseekV3Attention), always in the
+// absorbed form, so that prefill and decode compute the same bits:
+//   q_h = [q_nope_h | q_rope_h] from attn_q, or attn_q_b(RMSNorm(attn_q_a(x)));
+//   [latent | k_rope] = attn_kv_a_mqa(x), latent RMSNorm'ed, k_rope rotated: the cache row;
+//   score_h(p) = scale · (q̃_h · latent_p + q_rope_h · k_rope_p), q̃_h = attn_k_b[h] · q_nope_h
+//     (= q_nope_h · (W_UK,h · latent_p), the expanded key's dot product, summed in another order);
+//   out_h = attn_v_b[h] · Σ_p softmax(score_h)(p) · latent_p (= Σ_p p · W_UV,h · latent_p).
+// Every head reads the same cache rows; up to Buffers::kMlaHeadsPerTask heads share a task and
+// each run of rows they read.
+Error Session::attention_mla(uint32_t layer, const BatchEntry *entries, size_t count) {
+  StageTimer timer(stats_, Stage::Attention);
+  const model::ModelConfig &c = model_.config();
+  const model::LayerWeights &w = model_.layers()[layer];
+  Buffers &b = *buffers_;
+  const size_t H = c.hidden_size, Q = model_.q_dim(), KV = model_.kv_dim(), D = c.head_dim, R = c.kv_lora_rank;
+  const size_t heads = c.head_count, nope = c.qk_nope_head_dim, qh = nope + D, row = R + D, V = c.v_head_dim;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const bool f16_cache = options_.kv_dtype == KvDtype::F16;
+  KvCache &kv = *kv_;
+  const size_t B = kv.block_tokens(), layer_rows = kv.layer_rows(layer);
+
+  pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->rmsnorm(&b.xn[t * H], &b.x[t * H], w.attn_norm.data, eps, H); });
+  if (c.q_lora_rank) {
+    const MatmulJob first[] = {{&w.attn_q_a, b.mla_q_a.data(), c.q_lora_rank}, {&w.attn_kv_a_mqa, b.k.data(), KV}};
+    matmuls(first, 2, b.xn.data(), count);
+    pool_->parallel_for(count, [&](size_t t, size_t) {
+      float *qa = &b.mla_q_a[t * c.q_lora_rank];
+      kernels_->rmsnorm(qa, qa, w.attn_q_a_norm.data, eps, c.q_lora_rank);
+    });
+    matmul(w.attn_q_b, b.mla_q_a.data(), count, b.q.data(), Q);
+  } else {
+    const MatmulJob first[] = {{&w.attn_q, b.q.data(), Q}, {&w.attn_kv_a_mqa, b.k.data(), KV}};
+    matmuls(first, 2, b.xn.data(), count);
+  }
+
+  // Per token: RoPE on every head's rope part and on the rope key, the latent normed; the row
+  // [latent | k_rope] goes into the cache; the queries' rope parts into their absorbed rows.
+  auto rope = c.rope_interleave ? apply_rope_interleaved : apply_rope;
+  pool_->parallel_for(count, [&](size_t t, size_t) {
+    float *q = &b.q[t * Q], *kva = &b.k[t * KV];
+    const float *cos_v = &b.rope_trig[t * D], *sin_v = cos_v + D / 2;
+    kernels_->rmsnorm(kva, kva, w.attn_kv_a_norm.data, eps, R);
+    rope(kva + R, D / 2, cos_v, sin_v);
+    float *absorbed = &b.mla_query[t * heads * row];
+    for (size_t h = 0; h < heads; ++h) {
+      rope(q + h * qh + nope, D / 2, cos_v, sin_v);
+      std::memcpy(absorbed + h * row + R, q + h * qh + nope, D * sizeof(float));
+    }
+    const uint32_t position = entries[t].position;
+    const size_t at = kv.offset(kv.blocks(entries[t].sequence)[position / B], layer) + (position % layer_rows) * KV;
+    if (f16_cache) kernels_->f32_to_f16(kva, kv.f16() + at, KV);
+    else std::memcpy(kv.f32() + at, kva, KV * sizeof(float));
+  });
+  // q̃_h = attn_k_b[h] · q_nope_h, into the first R values of each absorbed row.
+  per_head_matmul(w.attn_k_b, b.q.data(), Q, qh, count, b.mla_query.data(), heads * row, row);
+
+  // Scores over 0..position (causal), softmax, the weighted latents; tasks of up to
+  // kMlaHeadsPerTask heads of one token.
+  const float scale = static_cast<float>(c.attention_scale);
+  const size_t stride = Buffers::score_stride(options_), group = Buffers::attention_group(c);
+  const size_t tasks_per_token = (heads + group - 1) / group;
+  pool_->parallel_for(count * tasks_per_token, [&](size_t task, size_t thread) {
+    const size_t t = task / tasks_per_token, h0 = task % tasks_per_token * group, g = std::min(group, heads - h0);
+    const BatchEntry &e = entries[t];
+    const float *q = &b.mla_query[(t * heads + h0) * row];
+    const uint32_t *table = kv.blocks(e.sequence);
+    float *scores = &b.scores[thread * group * stride];
+    const size_t n = size_t(e.position) + 1;
+    float *out = &b.mla_context[(t * heads + h0) * R];
+    std::fill(out, out + g * R, 0.0f);
+    auto for_each_run = [&](size_t max_rows, auto &&fn) {
+      for (size_t p0 = 0; p0 < n;) {
+        const size_t len = std::min({max_rows, layer_rows - p0 % layer_rows, n - p0});
+        fn(p0, len, kv.offset(table[p0 / B], layer) + (p0 % layer_rows) * KV);
+        p0 += len;
+      }
+    };
+    if (f16_cache) {
+      float *rows = &b.kv_rows[thread * kF16KvChunkRows * KV];
+      auto widen = [&](size_t at, size_t len) {
+        for (size_t r = 0; r < len; ++r) kernels_->f16_to_f32(kv.f16() + at + r * KV, rows + r * KV, KV);
+      };
+      for_each_run(kF16KvChunkRows, [&](size_t p0, size_t len, size_t at) {
+        widen(at, len);
+        kernels_->attention_scores(q, row, g, rows, KV, len, row, scale, scores + p0, stride);
+      });
+      kernels_->attention_softmax(scores, stride, g, n);
+      for_each_run(kF16KvChunkRows, [&](size_t p0, size_t len, size_t at) {
+        widen(at, len);
+        kernels_->attention_values_accumulate(scores + p0, stride, g, rows, KV, len, R, out, R);
+      });
+    } else {
+      for_each_run(B, [&](size_t p0, size_t len, size_t at) {
+        kernels_->attention_scores(q, row, g, kv.f32() + at, KV, len, row, scale, scores + p0, stride);
+      });
+      kernels_->attention_softmax(scores, stride, g, n);
+      for_each_run(B, [&](size_t p0, size_t len, size_t at) {
+        kernels_->attention_values_accumulate(scores + p0, stride, g, kv.f32() + at, KV, len, R, out, R);
+      });
+    }
+  });
+  // out_h = attn_v_b[h] · context_h, then o_proj and the residual.
+  per_head_matmul(w.attn_v_b, b.mla_context.data(), heads * R, R, count, b.attn.data(), heads * V, V);
+  matmul(w.attn_output, b.attn.data(), count, b.ffn_out.data(), H);
   if (Error e = guard_non_finite(b.ffn_out.data(), count, H, {"attention output", layer, true}, entries)) return e;
   pool_->parallel_for(count, [&](size_t t, size_t) { kernels_->add(&b.x[t * H], &b.x[t * H], &b.ffn_out[t * H], H); });
   return {};

@@ -46,6 +46,11 @@ struct Session::Buffers {
   std::vector<float> kv_rows;          // [P, kF16KvChunkRows, head_dim] cache rows widened to f32 (F16 only)
   std::vector<float> rope_inv_freq;    // [rotary_dim / 2] θ^(−2i/r), fixed for the model
   std::vector<float> rope_trig;        // [N, head_dim]: cos | sin (rotary_dim / 2 each) of each entry's position
+  // Multi-head latent attention (empty otherwise; r = kv_lora_rank, d = head_dim, the rope part):
+  std::vector<float> mla_q_a;          // [N, q_lora_rank] q_a_proj's output, then normed
+  std::vector<float> mla_query;        // [N, heads, r + d] absorbed queries: attn_k_b[h]·q_nope_h ⊕ q_rope_h
+  std::vector<float> mla_context;      // [N, heads, r] attention-weighted latents
+  std::vector<float> mla_gather;       // [P, N, max(nope, r)] one head's inputs, contiguous, per thread
   // MoE
   std::vector<float> router_logits;       // [N, E]
   std::vector<float> router_scratch;      // [2E] sigmoid routing's choices and group scores
@@ -68,6 +73,13 @@ struct Session::Buffers {
   std::vector<uint32_t> scratch_last_position;  // [sequences]
   std::vector<uint32_t> scratch_first_position;  // [sequences]
 
+  // Query heads that one attention call reads a run of cache rows for: a KV head's group, or
+  // (MLA, where every head reads the one latent row) up to kMlaHeadsPerTask of them.
+  static constexpr size_t kMlaHeadsPerTask = 8;
+  static size_t attention_group(const model::ModelConfig &c) {
+    return c.mla() ? std::min<size_t>(c.head_count, kMlaHeadsPerTask) : c.head_count / c.kv_head_count;
+  }
+
   Buffers(const model::Model &m, const SessionOptions &o, size_t threads) {
     const model::ModelConfig &c = m.config();
     const size_t N = o.max_batch_tokens, H = c.hidden_size, K = std::max<uint64_t>(c.top_k, 1);
@@ -78,13 +90,23 @@ struct Session::Buffers {
     q.assign(N * m.q_dim(), 0.0f);
     k.assign(N * m.kv_dim(), 0.0f);
     v.assign(N * m.kv_dim(), 0.0f);
-    attn.assign(N * m.q_dim(), 0.0f);
+    attn.assign(N * std::max(m.q_dim(), m.attn_out_dim()), 0.0f);
     ffn_out.assign(N * H, 0.0f);
-    scores.assign(threads * (c.head_count / c.kv_head_count) * score_stride(o), 0.0f);
+    scores.assign(threads * attention_group(c) * score_stride(o), 0.0f);
     rope_inv_freq.resize(c.rotary_dim / 2);
     rope_inverse_frequencies(c, rope_inv_freq.data());
     rope_trig.assign(N * c.head_dim, 0.0f);
-    if (o.kv_dtype == KvDtype::F16) kv_rows.assign(threads * kF16KvChunkRows * c.head_dim, 0.0f);
+    // An f16 cache's rows widened per thread: one KV head's keys or values (head_dim), or an MLA
+    // cache row (the latent and the rope key).
+    const size_t widened = c.mla() ? m.kv_dim() : c.head_dim;
+    if (o.kv_dtype == KvDtype::F16) kv_rows.assign(threads * kF16KvChunkRows * widened, 0.0f);
+    if (c.mla()) {
+      const size_t r = c.kv_lora_rank, heads = c.head_count;
+      mla_q_a.assign(N * c.q_lora_rank, 0.0f);
+      mla_query.assign(N * heads * (r + c.head_dim), 0.0f);
+      mla_context.assign(N * heads * r, 0.0f);
+      mla_gather.assign(threads * N * std::max<size_t>(c.qk_nope_head_dim, r), 0.0f);
+    }
     router_logits.assign(N * E, 0.0f);
     router_scratch.assign(2 * E, 0.0f);  // select_top_k_sigmoid: E choices + at most E / 2 groups
     topk_expert.assign(N * K, 0);

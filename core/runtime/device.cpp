@@ -111,7 +111,8 @@ std::unique_ptr<DeviceSession> DeviceSession::create(const model::Model &model, 
   const model::ModelConfig &c = model.config();
   // Model features the device interface does not describe yet: refused here, by name, before
   // the module sees a model it would run differently.
-  const char *missing = c.rotary_dim != c.head_dim      ? "partial rotary embeddings"
+  const char *missing = c.mla()                          ? "multi-head latent attention"
+                        : c.rotary_dim != c.head_dim      ? "partial rotary embeddings"
                         : c.router_score != "softmax"     ? "sigmoid routing"
                         : c.rope_scaling != "none"        ? "yarn-scaled rotary embeddings"
                         : c.attention_sinks               ? "attention sinks"

@@ -26,7 +26,7 @@ KvCache::KvCache(const KvCacheShape &shape)
     layer_rows_[l] = rows_of_layer(shape, l);
     if (layer_rows_[l] != block_tokens_) ring_rows_ = layer_rows_[l];
     layer_offsets_[l] = block_stride_;
-    block_stride_ += 2ull * layer_rows_[l] * kv_dim_;
+    block_stride_ += (shape.values ? 2ull : 1ull) * layer_rows_[l] * kv_dim_;
   }
   const size_t elements = block_stride_ * block_count_;
   if (f16_) f16_data_.assign(elements, 0);
@@ -59,7 +59,7 @@ uint32_t KvCache::rows_of_layer(const KvCacheShape &shape, uint32_t layer) {
 
 double KvCache::storage_bytes(const KvCacheShape &shape) {
   double per_block = 0;
-  for (uint32_t l = 0; l < shape.layers; ++l) per_block += 2.0 * rows_of_layer(shape, l) * shape.kv_dim;
+  for (uint32_t l = 0; l < shape.layers; ++l) per_block += (shape.values ? 2.0 : 1.0) * rows_of_layer(shape, l) * shape.kv_dim;
   return per_block * (shape.f16 ? 2.0 : 4.0) * (shape.block_tokens != 0 ? shape.block_count : shape.sequences);
 }
 

@@ -40,6 +40,9 @@ struct KvCacheShape {
   uint32_t block_tokens = 0;    // 0 = contiguous (one block of context_length per sequence)
   uint32_t block_count = 0;     // paged: blocks in the pool
   bool f16 = false;             // f16 storage (KvDtype::F16) instead of f32
+  // false: a layer keeps key rows only (multi-head latent attention, whose values are the first
+  // kv_lora_rank values of its cached rows): half the storage, value_offset unused.
+  bool values = true;
   // Contiguous only: layers whose ring_layers[l] is 1 keep ring_rows positions (when fewer than
   // context_length). Empty: every layer keeps the whole context.
   std::vector<uint8_t> ring_layers;
@@ -72,7 +75,8 @@ class KvCache {
   size_t block_bytes() const { return block_stride_ * (f16_ ? 2 : 4); }
 
   // Element offset of the key rows of (block, layer) in the storage; the block's values for
-  // that layer follow after layer_rows(layer) · kv_dim elements. Row r of the block is at + r · kv_dim.
+  // that layer (a cache with values) follow after layer_rows(layer) · kv_dim elements. Row r of
+  // the block is at + r · kv_dim.
   size_t offset(uint32_t block, uint32_t layer) const { return block * block_stride_ + layer_offsets_[layer]; }
   size_t value_offset(uint32_t layer) const { return static_cast<size_t>(layer_rows_[layer]) * kv_dim_; }
   // Rows a layer keeps per block: block_tokens, or a ring layer's ring_rows. Position p of a

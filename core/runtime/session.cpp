@@ -71,6 +71,7 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
   shape.block_tokens = options.kv_block_tokens;
   shape.block_count = options.kv_blocks;
   shape.f16 = options.kv_dtype == KvDtype::F16;
+  shape.values = !c.mla();  // MLA caches the latent and the rope key: one row, no values
   // A contiguous cache keeps only a ring of window + max_batch_tokens − 1 positions in the
   // sliding-window layers: the last `window` positions every query of a batch attends to,
   // while the batch writes its own (check_batch refuses a position that reaches further back).

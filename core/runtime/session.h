@@ -150,6 +150,12 @@ class Session {
   // RoPE cos | sin of each entry's position into Buffers::rope_trig, for all layers.
   void prepare_rope(const BatchEntry *entries, size_t count);
   Error attention(uint32_t layer, const BatchEntry *entries, size_t count);
+  // Multi-head latent attention (config attention "mla"), the absorbed form for every batch.
+  Error attention_mla(uint32_t layer, const BatchEntry *entries, size_t count);
+  // y[t] = M_h · x[t] for every head h of a per-head stack M (attn_k_b, attn_v_b): x[t] of head h
+  // at x + t·x_stride + h·x_head, y[t] of head h at y + t·y_stride + h·y_head. One task per head.
+  void per_head_matmul(const model::WeightMatrix &m, const float *x, size_t x_stride, size_t x_head, size_t count,
+                       float *y, size_t y_stride, size_t y_head);
   // entries: the batch (names the position of a non-finite row); null for moe_layer().
   Error ffn(uint32_t layer, size_t count, const Route *routes, const float *input, float *output,
             const BatchEntry *entries);

@@ -63,6 +63,19 @@ constexpr FamilyInfo kFamilies[] = {
      .default_rope_theta = 5e6, .default_rms_norm_eps = 1e-6, .default_max_positions = 196608,
      .moe_block = "block_sparse_moe", .expert_projection = {"w1", "w3", "w2"},
      .router_score = "sigmoid", .router_bias_name = "e_score_correction_bias", .partial_rotary = true},
+    // DeepSeek-V3/R1/V3.1 and Kimi-K2 (transformers deepseek_v3): multi-head latent attention,
+    // GLM-4.5's router (sigmoid, e_score_correction_bias, groups, routed scaling), shared experts
+    // without a gate, dense first layers. attention_bias (biases on q_a/kv_a/o) is refused.
+    {.family = model::kFamilyDeepseekV3, .architecture = "DeepseekV3ForCausalLM", .model_type = "deepseek_v3",
+     .expert_ffn_key = "moe_intermediate_size", .dense_ffn_key = "intermediate_size", .sparse_step_layers = false,
+     .renormalise_always = false, .shared_expert = false, .qkv_bias_key = nullptr, .o_bias_key = true,
+     .qk_norm = "none", .clip_qkv = false,
+     .default_rope_theta = 1e4, .default_rms_norm_eps = 1e-6, .default_max_positions = 4096,
+     .moe_block = "mlp", .expert_projection = {"gate_proj", "up_proj", "down_proj"},
+     .router_score = "sigmoid", .router_bias_name = "gate.e_score_correction_bias", .expert_groups = true,
+     .scaling_key = "routed_scaling_factor", .topk_norm_epsilon = 1e-20, .norm_topk_default = true,
+     .first_k_dense_key = "first_k_dense_replace", .shared_block = "shared_experts",
+     .shared_count_key = "n_shared_experts", .mla = true},
     // gpt-oss (transformers gpt_oss): q/k/v/o biases (attention_bias), per-head attention sinks,
     // sliding-window layers by layer_types, YaRN RoPE; router linear with a bias, softmax over the
     // top-k logits (= Mixtral's renormalised softmax); fused experts with biases and the clamped
@@ -233,6 +246,28 @@ Error read_yarn(const nlohmann::json &p, uint64_t max_positions, model::ModelCon
   c->rope_beta_slow = beta_slow;
   c->rope_truncate = truncate;
   c->rope_attention_factor = attention;
+  // transformers yarn_apply_mscale (DeepSeek-V2/V3): the softmax scale is multiplied by
+  // get_mscale(factor, mscale_all_dim)² when mscale_all_dim is set (applied by read_mla).
+  c->attention_scale = mscale_all_dim != 0 ? get_mscale(factor, mscale_all_dim) * get_mscale(factor, mscale_all_dim) : 1.0;
+  return {};
+}
+
+// Multi-head latent attention (DeepseekV3Config): the ranks and head parts, the softmax scale.
+// read_rope has already run with head_dim = qk_rope_head_dim and left YaRN's mscale_all_dim
+// factor in attention_scale (1 without it).
+Error read_mla(ConfigReader &reader, const nlohmann::json &config, model::ModelConfig *c) {
+  c->attention = "mla";
+  // q_lora_rank: absent is DeepseekV3Config's default 1536; null means a direct q_proj.
+  auto q = config.find("q_lora_rank");
+  c->q_lora_rank = q == config.end() ? 1536 : q->is_null() ? 0 : reader.optional_uint("q_lora_rank", 0);
+  c->kv_lora_rank = reader.required_uint("kv_lora_rank");
+  c->qk_nope_head_dim = reader.required_uint("qk_nope_head_dim");
+  c->v_head_dim = reader.required_uint("v_head_dim");
+  c->rope_interleave = reader.optional_bool("rope_interleave", true);
+  if (reader.error()) return reader.error();
+  c->kv_head_count = c->head_count;  // every head reads the one latent
+  const double mscale_squared = c->rope_scaling == "yarn" ? c->attention_scale : 1.0;
+  c->attention_scale = mscale_squared / std::sqrt(static_cast<double>(c->qk_nope_head_dim + c->head_dim));
   return {};
 }
 
@@ -413,7 +448,8 @@ Error read_hf_config(const nlohmann::json &config, const FamilyInfo **family_out
   c.layer_count = reader.required_uint("num_hidden_layers");
   c.head_count = reader.required_uint("num_attention_heads");
   c.kv_head_count = reader.optional_uint("num_key_value_heads", c.head_count);
-  c.head_dim = reader.optional_uint("head_dim", 0);  // null or absent: hidden / heads
+  c.head_dim = family->mla ? reader.required_uint("qk_rope_head_dim")  // MLA: the rotated part of a head
+                            : reader.optional_uint("head_dim", 0);      // null or absent: hidden / heads
   c.max_position_embeddings = reader.optional_uint("max_position_embeddings", family->default_max_positions);
   c.rms_norm_eps = reader.optional_number("rms_norm_eps", family->default_rms_norm_eps);
   c.tie_word_embeddings = reader.optional_bool("tie_word_embeddings", false);
@@ -427,6 +463,11 @@ Error read_hf_config(const nlohmann::json &config, const FamilyInfo **family_out
     c.head_dim = c.hidden_size / c.head_count;
   }
   if (Error e = read_rope(reader, *family, c.head_dim, &c)) return e;
+  if (family->mla) {
+    if (Error e = read_mla(reader, config, &c)) return e;
+  } else {
+    c.attention_scale = 0.0;  // the GQA families' scale is 1/sqrt(head_dim), not stored
+  }
   if (family->fused_experts) {
     if (Error e = read_layer_types(reader, &c)) return e;
   } else if (Error e = check_sliding_window(reader, c.max_position_embeddings)) {

@@ -61,6 +61,10 @@ struct FamilyInfo {
   // gpt-oss: mlp.router (weight and bias), fused experts gate_up_proj / down_proj with biases,
   // o_proj bias, attention sinks, sliding-window layers (layer_types), clamped SwiGLU.
   bool fused_experts = false;
+  // DeepSeek-V3 / Kimi-K2: multi-head latent attention (q_lora_rank, kv_lora_rank,
+  // qk_nope_head_dim, qk_rope_head_dim, v_head_dim, rope_interleave; YaRN's mscale_all_dim in
+  // the softmax scale). head_dim is qk_rope_head_dim, all of it rotated.
+  bool mla = false;
 };
 
 // The family of `architecture` (e.g. "MixtralForCausalLM"), or nullptr.

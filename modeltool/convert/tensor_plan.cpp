@@ -66,7 +66,7 @@ class MappingBuilder {
 // modeling_<family>.py module paths + ".weight" / ".bias").
 std::vector<Wanted> wanted_tensors(const FamilyInfo &family, const model::ModelConfig &c,
                                    const SafetensorsCheckpoint &checkpoint) {
-  const uint64_t hidden = c.hidden_size, q_dim = c.head_count * c.head_dim, kv_dim = c.kv_head_count * c.head_dim;
+  const uint64_t hidden = c.hidden_size, q_dim = c.head_count * c.query_head_dim(), kv_dim = c.kv_head_count * c.head_dim;
   MappingBuilder m;
   m.single(names::kTokenEmbedding, "model.embed_tokens.weight", {c.vocab_size, hidden});
   for (uint64_t i = 0; i < c.layer_count; ++i) {
@@ -74,10 +74,34 @@ std::vector<Wanted> wanted_tensors(const FamilyInfo &family, const model::ModelC
     auto blk = [i](const char *role) { return names::layer_tensor(i, role); };
 
     m.single(blk(names::kAttnNorm), hf + "input_layernorm.weight", {hidden});
-    m.single(blk(names::kAttnQ), hf + "self_attn.q_proj.weight", {q_dim, hidden});
-    m.single(blk(names::kAttnK), hf + "self_attn.k_proj.weight", {kv_dim, hidden});
-    m.single(blk(names::kAttnV), hf + "self_attn.v_proj.weight", {kv_dim, hidden});
-    m.single(blk(names::kAttnOutput), hf + "self_attn.o_proj.weight", {hidden, q_dim});
+    if (c.mla()) {
+      // DeepSeek's MLA (transformers DeepseekV3Attention): q_proj, or q_a_proj → q_a_layernorm →
+      // q_b_proj; kv_a_proj_with_mqa and kv_a_layernorm as stored; kv_b_proj [heads·(nope + v),
+      // kv_lora] cut per head into its key rows, transposed (attn_k_b [heads, kv_lora, nope]: the
+      // absorbed query is then a plain row-major matmul), and its value rows (attn_v_b [heads, v,
+      // kv_lora]).
+      const uint64_t H = c.head_count, nope = c.qk_nope_head_dim, v = c.v_head_dim, r = c.kv_lora_rank;
+      const std::string a = hf + "self_attn.";
+      if (c.q_lora_rank) {
+        m.single(blk(names::kAttnQA), a + "q_a_proj.weight", {c.q_lora_rank, hidden});
+        m.single(blk(names::kAttnQANorm), a + "q_a_layernorm.weight", {c.q_lora_rank});
+        m.single(blk(names::kAttnQB), a + "q_b_proj.weight", {q_dim, c.q_lora_rank});
+      } else {
+        m.single(blk(names::kAttnQ), a + "q_proj.weight", {q_dim, hidden});
+      }
+      m.single(blk(names::kAttnKvAMqa), a + "kv_a_proj_with_mqa.weight", {r + c.head_dim, hidden});
+      m.single(blk(names::kAttnKvANorm), a + "kv_a_layernorm.weight", {r});
+      SourceSlice keys{.transpose = true, .row_block = nope + v, .row_offset = 0, .row_count = nope};
+      SourceSlice values{.transpose = false, .row_block = nope + v, .row_offset = nope, .row_count = v};
+      m.sliced(blk(names::kAttnKB), a + "kv_b_proj.weight", {H * (nope + v), r}, {H, r, nope}, keys);
+      m.sliced(blk(names::kAttnVB), a + "kv_b_proj.weight", {H * (nope + v), r}, {H, v, r}, values);
+      m.single(blk(names::kAttnOutput), a + "o_proj.weight", {hidden, H * v});
+    } else {
+      m.single(blk(names::kAttnQ), hf + "self_attn.q_proj.weight", {q_dim, hidden});
+      m.single(blk(names::kAttnK), hf + "self_attn.k_proj.weight", {kv_dim, hidden});
+      m.single(blk(names::kAttnV), hf + "self_attn.v_proj.weight", {kv_dim, hidden});
+      m.single(blk(names::kAttnOutput), hf + "self_attn.o_proj.weight", {hidden, q_dim});
+    }
     if (c.attention_bias) {
       m.single(blk(names::kAttnQBias), hf + "self_attn.q_proj.bias", {q_dim});
       m.single(blk(names::kAttnKBias), hf + "self_attn.k_proj.bias", {kv_dim});

@@ -21,14 +21,19 @@
 namespace colibri::modeltool::convert {
 
 // How an image tensor's values come out of a single source whose layout differs (gpt-oss's fused
-// experts): the source is a stack of [A, C] matrices (its last two dimensions; a rank-2 source is
-// one matrix), and every column_stride-th column of each, from column_offset, is kept (the
-// interleaved gate/up halves), transposed or not. Identity: the source as stored.
+// experts, DeepSeek's kv_b_proj): the source is a stack of [A, C] matrices (its last two
+// dimensions; a rank-2 source is one matrix, or, with row_block > 0, a stack of [row_block, C]
+// matrices), and of each, rows [row_offset, row_offset + row_count) (row_count 0: all) and every
+// column_stride-th column from column_offset are kept (the interleaved gate/up halves; one head's
+// key or value rows), transposed or not. Identity: the source as stored.
 struct SourceSlice {
   bool transpose = false;
   uint32_t column_stride = 1;
   uint32_t column_offset = 0;
-  bool identity() const { return !transpose && column_stride == 1; }
+  uint64_t row_block = 0;
+  uint64_t row_offset = 0;
+  uint64_t row_count = 0;
+  bool identity() const { return !transpose && column_stride == 1 && row_block == 0; }
 };
 
 // OpenAI's MXFP4 experts (gpt-oss as shipped): the sources are `<p>_blocks` [E, R, G, 16] and

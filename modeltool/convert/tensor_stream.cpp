@@ -83,9 +83,10 @@ Error TensorStreamer::write_sliced(const SafetensorsCheckpoint &checkpoint, cons
   image::DType decoded;
   if (tensor.sources.size() != 1 || source->shape.size() < 2 || !source_float_dtype(source->dtype, &decoded))
     return make_error(ErrorKind::Internal, "unplanned sliced source for " + tensor.spec.name);
-  const uint64_t a = source->shape[source->shape.size() - 2], c = source->shape.back();
-  const uint64_t kept = c / slice.column_stride;  // columns taken from each source row
-  const uint64_t out_rows = slice.transpose ? kept : a, cols = slice.transpose ? a : kept;
+  const uint64_t a = slice.row_block ? slice.row_block : source->shape[source->shape.size() - 2], c = source->shape.back();
+  const uint64_t kept = c / slice.column_stride;                           // columns taken from each source row
+  const uint64_t kept_rows = slice.row_count ? slice.row_count : a, r0 = slice.row_offset;  // rows taken
+  const uint64_t out_rows = slice.transpose ? kept : kept_rows, cols = slice.transpose ? kept_rows : kept;
   const uint64_t matrices = source->byte_size() / image::row_bytes(decoded, 0, a * c);
   const uint64_t source_matrix_bytes = image::row_bytes(decoded, 0, a * c);
   const uint64_t out_row_bytes = image::row_bytes(stored, group, cols);
@@ -103,8 +104,8 @@ Error TensorStreamer::write_sliced(const SafetensorsCheckpoint &checkpoint, cons
     pool_.parallel_for(out_rows, [&](size_t r, size_t) {
       float *row = rows_.data() + r * cols;
       for (uint64_t j = 0; j < cols; ++j)
-        row[j] = slice.transpose ? whole[j * c + r * slice.column_stride + slice.column_offset]
-                                 : whole[r * c + j * slice.column_stride + slice.column_offset];
+        row[j] = slice.transpose ? whole[(r0 + j) * c + r * slice.column_stride + slice.column_offset]
+                                 : whole[(r0 + r) * c + j * slice.column_stride + slice.column_offset];
       unsigned char *out = encoded_.data() + r * out_row_bytes;
       bad_column_[r] = image::first_unstorable(stored, row, cols);
       if (bad_column_[r] != cols) return;

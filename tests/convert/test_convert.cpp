@@ -496,10 +496,10 @@ TEST_CASE("refused: missing config.json", "[convert][errors]") {
 
 TEST_CASE("refused: unknown architecture, listing the supported ones", "[convert][errors]") {
   SyntheticCheckpointSpec s;
-  s.config_overrides = {{"architectures", {"DeepseekV3ForCausalLM"}}};
+  s.config_overrides = {{"architectures", {"DbrxForCausalLM"}}};
   Error e = convert_damaged(s, kNoDamage);
   CHECK(e.kind == ErrorKind::Unsupported);
-  CHECK_THAT(e.message, Contains("'DeepseekV3ForCausalLM'"));
+  CHECK_THAT(e.message, Contains("'DbrxForCausalLM'"));
   CHECK_THAT(e.message, Contains("supported: MixtralForCausalLM"));
 }
 

@@ -406,6 +406,86 @@ TEST_CASE("gpt-oss converts: fused experts sliced and transposed, biases, sinks,
   CHECK(q8->find("blk.0.attn_sinks")->dtype == image::DType::F32);
 }
 
+TEST_CASE("DeepSeek-V3 converts: MLA's kv_b_proj cut per head (keys transposed), ranks, scale, router", "[convert][oracle]") {
+  for (const char *name : {"deepseek_v3_mla", "deepseek_v3_direct_q"}) {
+    SECTION(name) {
+      const std::string dir = fixture_dir(name);
+      const json hf = json::parse(testing::read_text(dir + "/config.json"));
+      testing::ScopedTempDir tmp("oracle-deepseek");
+      Error e = testing::convert(dir, tmp / "m.colibri");
+      INFO(e.message);
+      REQUIRE_FALSE(e);
+      auto img = testing::open_image(tmp / "m.colibri");
+      REQUIRE_FALSE(img->verify_all(1));
+      model::ModelConfig c;
+      REQUIRE_FALSE(model::ModelConfig::from_json(img->metadata()["model"], &c));
+      CHECK(c.family == "deepseek_v3");
+      CHECK(c.attention == "mla");
+      CHECK(c.q_lora_rank == (hf["q_lora_rank"].is_null() ? 0 : hf["q_lora_rank"].get<uint64_t>()));
+      CHECK(c.kv_lora_rank == hf["kv_lora_rank"].get<uint64_t>());
+      CHECK(c.qk_nope_head_dim == hf["qk_nope_head_dim"].get<uint64_t>());
+      CHECK(c.head_dim == hf["qk_rope_head_dim"].get<uint64_t>());
+      CHECK(c.rotary_dim == c.head_dim);
+      CHECK(c.v_head_dim == hf["v_head_dim"].get<uint64_t>());
+      CHECK(c.rope_interleave == hf["rope_interleave"].get<bool>());
+      CHECK(c.kv_head_count == c.head_count);
+      CHECK(c.router_score == "sigmoid");
+      CHECK(c.router_select_bias);
+      CHECK(c.topk_norm_epsilon == 1e-20);
+      CHECK(c.expert_group_count == hf["n_group"].get<uint64_t>());
+      CHECK(c.routed_scaling_factor == hf["routed_scaling_factor"].get<double>());
+      CHECK(c.shared_expert_ffn_size == hf["n_shared_experts"].get<uint64_t>() * hf["moe_intermediate_size"].get<uint64_t>());
+      CHECK_FALSE(c.shared_expert_gate);
+      // transformers DeepseekV3Attention: qk_head_dim^-1/2, times get_mscale(factor, mscale_all_dim)² under YaRN.
+      double scale = 1.0 / std::sqrt(static_cast<double>(c.qk_nope_head_dim + c.head_dim));
+      const json &rope = hf["rope_parameters"];
+      if (rope["rope_type"] == "yarn") {
+        const double m = 0.1 * rope["mscale_all_dim"].get<double>() * std::log(rope["factor"].get<double>()) + 1.0;
+        scale *= m * m;
+        CHECK(c.rope_attention_factor ==
+              Approx((0.1 * rope["mscale"].get<double>() * std::log(rope["factor"].get<double>()) + 1.0) / m).epsilon(1e-15));
+      }
+      CHECK(c.attention_scale == Approx(scale).epsilon(1e-15));
+
+      // kv_b_proj [heads·(nope + v), kv_lora]: head h's rows h·(nope+v) .. +nope are its key rows,
+      // stored transposed as attn_k_b[h] [kv_lora, nope]; the next v rows its value rows, stored
+      // as they are in attn_v_b[h] [v, kv_lora].
+      modeltool::convert::SafetensorsCheckpoint checkpoint;
+      REQUIRE_FALSE(modeltool::convert::SafetensorsCheckpoint::open(dir, &checkpoint));
+      const size_t heads = c.head_count, nope = c.qk_nope_head_dim, v = c.v_head_dim, r = c.kv_lora_rank;
+      size_t mismatches = 0;
+      for (uint64_t l = 0; l < c.layer_count; ++l) {
+        const modeltool::convert::SafetensorsTensor *kvb =
+            checkpoint.find("model.layers." + std::to_string(l) + ".self_attn.kv_b_proj.weight");
+        REQUIRE(kvb);
+        const float *w = reinterpret_cast<const float *>(checkpoint.data(*kvb));
+        const image::TensorInfo *kb = img->find(model::names::layer_tensor(l, "attn_k_b"));
+        const image::TensorInfo *vb = img->find(model::names::layer_tensor(l, "attn_v_b"));
+        REQUIRE(kb);
+        REQUIRE(vb);
+        CHECK((kb->rank == 3 && kb->shape[0] == heads && kb->shape[1] == r && kb->shape[2] == nope));
+        CHECK((vb->rank == 3 && vb->shape[0] == heads && vb->shape[1] == v && vb->shape[2] == r));
+        const float *k = reinterpret_cast<const float *>(img->data(*kb)), *val = reinterpret_cast<const float *>(img->data(*vb));
+        for (size_t h = 0; h < heads; ++h)
+          for (size_t i = 0; i < r; ++i) {
+            for (size_t j = 0; j < nope; ++j) mismatches += k[(h * r + i) * nope + j] != w[(h * (nope + v) + j) * r + i];
+            for (size_t j = 0; j < v; ++j) mismatches += val[(h * v + j) * r + i] != w[(h * (nope + v) + nope + j) * r + i];
+          }
+        CHECK((img->find(model::names::layer_tensor(l, "attn_q_a")) != nullptr) == (c.q_lora_rank > 0));
+        CHECK((img->find(model::names::layer_tensor(l, "attn_q")) != nullptr) == (c.q_lora_rank == 0));
+      }
+      CHECK(mismatches == 0);
+      // q4: the experts 4-bit, the attention matrices (attn_k_b and attn_v_b too) q8f16, norms f32.
+      REQUIRE_FALSE(testing::convert(dir, tmp / "q4.colibri", image::DType::Q4));
+      auto q4 = testing::open_image(tmp / "q4.colibri");
+      CHECK(q4->find("blk.1.attn_k_b")->dtype == image::DType::Q8F16);
+      CHECK(q4->find("blk.1.attn_v_b")->dtype == image::DType::Q8F16);
+      CHECK(q4->find("blk.1.attn_kv_a_norm")->dtype == image::DType::F32);
+      CHECK(q4->find("blk.1.ffn_gate_exps")->dtype == image::DType::Q4);
+    }
+  }
+}
+
 TEST_CASE("an MXFP4 gpt-oss checkpoint keeps its experts block for block, and --dtype decodes them exactly", "[convert][oracle]") {
   const std::string dir = fixture_dir("gpt_oss_mxfp4");
   testing::ScopedTempDir tmp("oracle-gpt-oss-mxfp4");

@@ -19,7 +19,7 @@ namespace colibri::testing {
 inline const std::vector<std::string> kOracleCases = {"mixtral_gqa", "mixtral_tied_top3", "qwen2_moe_shared",
                                                       "qwen3_moe_qknorm", "olmoe_clip", "glm4_moe_groups",
                                                       "minimax_m2_sigmoid", "qwen3_moe_yarn", "gpt_oss_sinks",
-                                                      "gpt_oss_mxfp4"};
+                                                      "gpt_oss_mxfp4", "deepseek_v3_mla", "deepseek_v3_direct_q"};
 
 struct OracleCase {
   std::string name;

@@ -127,7 +127,8 @@ TEST_CASE("decode steps and a prefill after warm-up perform no heap allocation, 
           "[engine][alloc]") {
   if (!COLIBRI_COUNT_MALLOC) WARN("a sanitizer owns malloc here: only operator new (all forms) is counted");
   for (const std::string &name :
-       {std::string("qwen2_moe_shared"), std::string("qwen3_moe_qknorm"), std::string("glm4_moe_groups")}) {
+       {std::string("qwen2_moe_shared"), std::string("qwen3_moe_qknorm"), std::string("glm4_moe_groups"),
+        std::string("deepseek_v3_mla")}) {
     for (const char *dtype : {"f32", "f16", "bf16", "q8", "q8f16", "q4", "mxfp4"}) {
       for (runtime::KvDtype kv : {runtime::KvDtype::F32, runtime::KvDtype::F16}) {
         INFO(name << " " << dtype << (kv == runtime::KvDtype::F16 ? " f16 KV" : " f32 KV"));

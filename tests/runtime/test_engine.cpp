@@ -62,7 +62,8 @@ TEST_CASE("prefill of N tokens in one batch equals N single-token decode steps, 
   // matmul tiles, the q8 activation quantiser, attention per (token, KV head)).
   for (const std::string &name :
        {std::string("qwen2_moe_shared"), std::string("olmoe_clip"), std::string("minimax_m2_sigmoid"),
-        std::string("gpt_oss_sinks"), std::string("gpt_oss_mxfp4")}) {
+        std::string("gpt_oss_sinks"), std::string("gpt_oss_mxfp4"), std::string("deepseek_v3_mla"),
+        std::string("deepseek_v3_direct_q")}) {
     for (const char *dtype : {"f32", "bf16", "q8", "q4"}) {
       for (runtime::KvDtype kv : {runtime::KvDtype::F32, runtime::KvDtype::F16}) {
         INFO(name << " " << dtype << (kv == runtime::KvDtype::F16 ? " f16 KV" : " f32 KV"));

@@ -169,7 +169,7 @@ TEST_CASE("results are bitwise identical for 1, 2 and 3 threads, scalar and AVX2
   size_t q8_runs = 0, q8_runs_with_flip = 0;
   for (const std::string &name : {std::string("mixtral_gqa"), std::string("qwen2_moe_shared"),
                                   std::string("glm4_moe_groups"), std::string("gpt_oss_sinks"),
-                                  std::string("gpt_oss_mxfp4")}) {
+                                  std::string("gpt_oss_mxfp4"), std::string("deepseek_v3_mla")}) {
     auto oc = testing::load_oracle(name);
     // q8f16, q4 and mxfp4 (format version 2) take the q8-activation kernels as q8 does.
     for (const char *dtype : {"f32", "q8", "q8f16", "q4", "mxfp4"}) {

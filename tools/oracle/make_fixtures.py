@@ -1068,7 +1068,7 @@ def save_case(case, seed, attempts, res, input_ids, tok: Tokenizer, tok_name: st
             "greedy_tokens of the same model with every matrix except the routers rounded to bf16 (what "
             "colibri-model convert --dtype bf16 stores): the sigmoid routers' small margins make bf16 rounding "
             "change the continuation, so a bf16 image is held to this sequence")
-    if case["model_cls"] is GptOssForCausalLM:
+    if case["model_cls"] in (GptOssForCausalLM, DeepseekV3ForCausalLM):
         rounded_logits, rounded_greedy = bf16_rounded_run(model, input_ids)
         write_f32(out / "bf16_logits.bin", rounded_logits)
         extra["bf16_logits_file"] = "bf16_logits.bin"
@@ -1077,6 +1077,7 @@ def save_case(case, seed, attempts, res, input_ids, tok: Tokenizer, tok_name: st
             "router nor a bias) rounded to bf16: what a bf16 image must reproduce up to fp32 arithmetic")
         extra["bf16_rounding_max_abs_diff"] = float(f"{float((rounded_logits - prompt_logits).abs().max()):.3g}")
         extra["bf16_greedy_tokens"] = rounded_greedy
+    if case["model_cls"] is GptOssForCausalLM:
         extra["clamp_counts"] = {
             "what": "per layer: [gate values above swiglu_limit, up values outside +-swiglu_limit, values], over "
                     "the experts' gate_up outputs of prompt + greedy tokens",
@@ -1155,7 +1156,7 @@ def bf16_rounded_run(model, input_ids: list[int]):
     rounded = copy.deepcopy(model)
     with torch.no_grad():
         for name, p in rounded.named_parameters():
-            if p.dim() > 1 and not name.endswith("router.weight") and not name.endswith("_bias"):
+            if p.dim() > 1 and not name.endswith(("router.weight", "mlp.gate.weight")) and not name.endswith("_bias"):
                 p.copy_(p.to(torch.bfloat16).float())
     ids = torch.tensor([input_ids], dtype=torch.long)
     with torch.no_grad():
