@@ -1,6 +1,7 @@
 // capi/model.cpp — colibri_model_*: open an image with options, close (reference-counted:
 // sessions keep the model alive), the info struct, EOS ids, metadata and the tensor listing.
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstddef>
 
@@ -234,6 +235,15 @@ COLIBRI_API int32_t colibri_model_get_info(const colibri_model *model, colibri_m
     i.expert_activation = c.expert_activation.c_str();
     i.swiglu_limit = c.swiglu_limit;
     i.swiglu_alpha = c.swiglu_alpha;
+    i.attention = c.attention.c_str();
+    i.q_lora_rank = c.q_lora_rank;
+    i.kv_lora_rank = c.kv_lora_rank;
+    i.qk_nope_head_dim = c.qk_nope_head_dim;
+    i.v_head_dim = c.v_head_dim;
+    i.attention_scale = c.mla() ? c.attention_scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+    i.kv_cache_bytes_per_token = c.layer_count * c.kv_values_per_position() * sizeof(float);
+    i.mtp_layer_count = c.mtp_layer_count;
+    i.rope_interleave = c.rope_interleave ? 1 : 0;
     return capi::write_output(info, i, kModelInfoAbi1, "colibri_model_info");
   });
 }

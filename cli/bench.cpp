@@ -131,9 +131,11 @@ class Bench {
   }
 
   // Bytes one decode token at position `position` reads from the KV cache (keys + values).
+  // KV cache bytes one decode step reads at `position` (the model's f32 bytes per token, halved
+  // for an f16 cache).
   double kv_bytes_at(double position) const {
-    double element = kv_dtype_ == COLIBRI_DTYPE_F16 ? 2 : 4;
-    return 2.0 * static_cast<double>(info_.kv_head_count * info_.head_dim * info_.layer_count) * element * position;
+    const double f16 = kv_dtype_ == COLIBRI_DTYPE_F16 ? 0.5 : 1.0;
+    return static_cast<double>(info_.kv_cache_bytes_per_token) * f16 * position;
   }
 
  private:
@@ -238,6 +240,9 @@ int bench_command(int argc, char **argv) {
                     {"parameter_count", info.parameter_count},
                     {"active_parameter_count", info.active_parameter_count},
                     {"active_weight_bytes", info.active_weight_bytes},
+                    {"attention", info.attention},
+                    {"kv_cache_bytes_per_token", kv_dtype == COLIBRI_DTYPE_F16 ? info.kv_cache_bytes_per_token / 2
+                                                                             : info.kv_cache_bytes_per_token},
                     {"layer_count", info.layer_count},
                     {"expert_count", info.expert_count},
                     {"top_k", info.top_k},
@@ -288,11 +293,14 @@ int bench_command(int argc, char **argv) {
   }
 
   std::printf("model: %s (weights %s)\n  %s (%s), %llu layers, %llu experts top-%llu, %s weights; %s parameters, %s "
-              "active per token (%.2f MB of weights read per token)\n  placement: %s\n",
+              "active per token (%.2f MB of weights read per token)\n  KV cache: %llu bytes per token (%s attention, "
+              "%s)\n  placement: %s\n",
               path.c_str(), weights_loaded ? "loaded into memory" : "in the file mapping", info.family, info.architecture, static_cast<unsigned long long>(info.layer_count),
               static_cast<unsigned long long>(info.expert_count), static_cast<unsigned long long>(info.top_k),
               colibri_dtype_name(info.weight_dtype), format_count(static_cast<double>(info.parameter_count)).c_str(),
-              format_count(static_cast<double>(info.active_parameter_count)).c_str(), static_cast<double>(info.active_weight_bytes) / 1e6, info.numa_report);
+              format_count(static_cast<double>(info.active_parameter_count)).c_str(), static_cast<double>(info.active_weight_bytes) / 1e6,
+              static_cast<unsigned long long>(kv_dtype == COLIBRI_DTYPE_F16 ? info.kv_cache_bytes_per_token / 2 : info.kv_cache_bytes_per_token),
+              info.attention, kv_dtype == COLIBRI_DTYPE_F16 ? "f16" : "f32", info.numa_report);
   std::printf("memory read bandwidth (STREAM-like probe, %zu MiB, %s loads, the better of a plain and a prefetching reader, "
               "median of 5 passes each):",
               probe_bytes >> 20, bandwidths.empty() ? "-" : bandwidths.front().loads.c_str());

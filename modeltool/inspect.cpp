@@ -7,6 +7,7 @@
 #include "modeltool/inspect.h"
 
 #include "image/reader.h"
+#include "model/config.h"
 #include "model/tensor_names.h"
 #include "modeltool/cli_support.h"
 #include "modeltool/commands.h"
@@ -109,10 +110,24 @@ struct Summary {
   std::map<uint64_t, uint64_t> expert_bytes_per_layer;
   uint64_t total_bytes = 0;
   uint64_t total_elements = 0;
+  // From the model metadata (when it parses): the attention kind and what one position takes in
+  // the KV cache, over all layers, in f32; the checkpoint's multi-token-prediction layers.
+  bool has_model = false;
+  std::string attention;
+  uint64_t kv_values_per_position = 0, expanded_kv_values_per_position = 0, layers = 0, mtp_layers = 0;
 };
 
 Summary summarize(const image::Image &img) {
   Summary s;
+  model::ModelConfig config;
+  if (img.metadata().contains("model") && !model::ModelConfig::from_json(img.metadata()["model"], &config)) {
+    s.has_model = true;
+    s.attention = config.attention;
+    s.kv_values_per_position = config.kv_values_per_position();
+    s.expanded_kv_values_per_position = config.expanded_kv_values_per_position();
+    s.layers = config.layer_count;
+    s.mtp_layers = config.mtp_layer_count;
+  }
   for (const image::TensorInfo &t : img.tensors()) {
     auto &d = s.per_dtype[image::dtype_name(t.dtype)];
     d.first += 1;
@@ -169,6 +184,18 @@ void print_text(const image::Image &img, const Summary &s) {
               static_cast<unsigned long long>(h.metadata_offset), static_cast<unsigned long long>(h.metadata_size),
               static_cast<unsigned long long>(h.weight_data_offset), static_cast<unsigned long long>(h.gate_weight_offset));
   std::printf("header sum      %s\n", util::hex64(h.header_checksum).c_str());
+  if (s.has_model) {
+    std::printf("kv cache        %s attention: %llu values per position and layer, %s per token in f32 (%s in f16)",
+                s.attention.c_str(), static_cast<unsigned long long>(s.kv_values_per_position),
+                util::human_bytes(s.layers * s.kv_values_per_position * 4).c_str(),
+                util::human_bytes(s.layers * s.kv_values_per_position * 2).c_str());
+    if (s.expanded_kv_values_per_position != s.kv_values_per_position)
+      std::printf("; expanded keys and values would take %s", util::human_bytes(s.layers * s.expanded_kv_values_per_position * 4).c_str());
+    std::printf("\n");
+    if (s.mtp_layers)
+      std::printf("mtp layers      %llu multi-token-prediction layer%s in the checkpoint: not in the image, never run\n",
+                  static_cast<unsigned long long>(s.mtp_layers), s.mtp_layers == 1 ? "" : "s");
+  }
 
   const std::string meta_text = metadata_text(img.metadata());
   std::fwrite(meta_text.data(), 1, meta_text.size(), stdout);
@@ -235,6 +262,12 @@ nlohmann::json to_json(const image::Image &img, const Summary &s) {
   nlohmann::json experts = nlohmann::json::object();
   for (const auto &[layer, bytes] : s.expert_bytes_per_layer) experts[std::to_string(layer)] = bytes;
   j["expert_bytes_per_layer"] = experts;
+  if (s.has_model)
+    j["kv_cache"] = {{"attention", s.attention},
+                     {"values_per_position_and_layer", s.kv_values_per_position},
+                     {"bytes_per_token_f32", s.layers * s.kv_values_per_position * 4},
+                     {"expanded_bytes_per_token_f32", s.layers * s.expanded_kv_values_per_position * 4},
+                     {"mtp_layers_not_in_image", s.mtp_layers}};
   return j;
 }
 

@@ -466,6 +466,23 @@ typedef struct colibri_model_info {
   const char *expert_activation;    /* "silu" (SiLU(gate) * up) or "swiglu_clamped" (gpt-oss) */
   double swiglu_limit;              /* swiglu_clamped: gate clamped above, up to +-limit (else 0) */
   double swiglu_alpha;              /* swiglu_clamped: gate * sigmoid(alpha * gate) (else 0) */
+  /* Appended: multi-head latent attention (DeepSeek-V3, Kimi-K2; docs/architecture.md §3) and
+   * the KV cache's size. With "mla", head_dim is the rotated part of a query head (its
+   * qk_rope_head_dim), the cache keeps one latent of kv_lora_rank values plus one rope key of
+   * head_dim per position and layer, and kv_head_count = head_count; "gqa": the ranks are 0. */
+  const char *attention;            /* "gqa" or "mla" */
+  uint64_t q_lora_rank;             /* mla: rank of the query's low-rank projection pair (0: direct) */
+  uint64_t kv_lora_rank;            /* mla: values of the cached latent */
+  uint64_t qk_nope_head_dim;        /* mla: query/key values per head without RoPE */
+  uint64_t v_head_dim;              /* mla: value (output) values per head */
+  double attention_scale;           /* the softmax scale of the scores: 1/sqrt(head_dim), or mla's
+                                       (qk_nope + head_dim)^-1/2 with yarn's mscale_all_dim factor */
+  uint64_t kv_cache_bytes_per_token; /* bytes one position takes in an f32 KV cache, all layers
+                                       (an f16 cache: half): 2 x kv_heads x head_dim x 4 per
+                                       layer, or (mla) (kv_lora_rank + head_dim) x 4 */
+  uint64_t mtp_layer_count;         /* multi-token-prediction layers of the checkpoint (GLM-4.5,
+                                       DeepSeek-V3): not in the image, never run */
+  uint32_t rope_interleave;         /* 1: RoPE pairs are neighbours (x0, x1), (x2, x3), ... */
 } colibri_model_info;
 
 /* Fills *info (set info->struct_size first). Thread-safe. Errors: INVALID_ARGUMENT. */

@@ -188,6 +188,13 @@ func TestModelInfoAndTokenizer(t *testing.T) {
 		info.ExpertBias || info.ExpertActivation != "silu" || info.SwiGLULimit != 0 {
 		t.Fatalf("gpt-oss fields of a Mixtral: %+v", info)
 	}
+	// Multi-head latent attention's fields: grouped-query attention, no ranks; k and v of 2 KV
+	// heads x 16 values per layer in the cache.
+	if info.Attention != "gqa" || info.QLoRARank != 0 || info.KVLoRARank != 0 || info.VHeadDim != 0 ||
+		info.RopeInterleave || info.MTPLayerCount != 0 || info.KVCacheBytesPerToken != 2*2*2*16*4 ||
+		info.AttentionScale != 0.25 {
+		t.Fatalf("MLA fields of a Mixtral: %+v", info)
+	}
 	tensors, err := m.Tensors()
 	if err != nil || len(tensors) != info.TensorCount || len(tensors) == 0 || tensors[0].Name == "" {
 		t.Fatalf("tensors: %d %v", len(tensors), err)

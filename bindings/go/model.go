@@ -284,6 +284,18 @@ type ModelInfo struct {
 	ExpertActivation    string // "silu" or "swiglu_clamped"
 	SwiGLULimit         float64
 	SwiGLUAlpha         float64
+	// Multi-head latent attention (DeepSeek-V3, Kimi-K2; "gqa" and zero ranks elsewhere): with
+	// "mla", HeadDim is the rotated part of a query head and the cache keeps KVLoRARank +
+	// HeadDim values per position and layer.
+	Attention            string // "gqa" or "mla"
+	QLoRARank            int    // 0: a direct query projection
+	KVLoRARank           int
+	QKNopeHeadDim        int
+	VHeadDim             int
+	RopeInterleave       bool
+	AttentionScale       float64 // the softmax scale of the scores
+	KVCacheBytesPerToken uint64  // one position of an f32 KV cache, all layers (f16: half)
+	MTPLayerCount        int     // multi-token-prediction layers of the checkpoint (not in the image)
 
 	WeightDType     DType
 	WeightGroupSize int
@@ -326,7 +338,11 @@ func modelInfoFrom(i *C.colibri_model_info) ModelInfo {
 		RouterBias: i.router_bias != 0, ExpertBias: i.expert_bias != 0,
 		ExpertActivation: C.GoString(i.expert_activation),
 		SwiGLULimit:      float64(i.swiglu_limit), SwiGLUAlpha: float64(i.swiglu_alpha),
-		WeightDType: DType(i.weight_dtype), WeightGroupSize: int(i.weight_group_size),
+		Attention: C.GoString(i.attention), QLoRARank: int(i.q_lora_rank), KVLoRARank: int(i.kv_lora_rank),
+		QKNopeHeadDim: int(i.qk_nope_head_dim), VHeadDim: int(i.v_head_dim), RopeInterleave: i.rope_interleave != 0,
+		AttentionScale: float64(i.attention_scale), KVCacheBytesPerToken: uint64(i.kv_cache_bytes_per_token),
+		MTPLayerCount: int(i.mtp_layer_count),
+		WeightDType:   DType(i.weight_dtype), WeightGroupSize: int(i.weight_group_size),
 		TensorCount: int(i.tensor_count),
 		BOSTokenID:  int32(i.bos_token_id), EOSTokenID: int32(i.eos_token_id), PadTokenID: int32(i.pad_token_id),
 		EOSTokenCount: int(i.eos_token_count), AddBOSToken: i.add_bos_token != 0,

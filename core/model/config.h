@@ -118,6 +118,13 @@ struct ModelConfig {
   bool mla() const { return attention == "mla"; }
   // Values of one query head: head_dim, or (MLA) qk_nope_head_dim + head_dim.
   uint64_t query_head_dim() const { return mla() ? qk_nope_head_dim + head_dim : head_dim; }
+  // Values one position takes in the KV cache of one layer: keys and values of the KV heads, or
+  // (MLA) the latent and the rope key. What the expanded keys and values of MLA would take:
+  // heads × (qk_nope + head_dim + v_head_dim).
+  uint64_t kv_values_per_position() const { return mla() ? kv_lora_rank + head_dim : 2 * kv_head_count * head_dim; }
+  uint64_t expanded_kv_values_per_position() const {
+    return mla() ? head_count * (qk_nope_head_dim + head_dim + v_head_dim) : kv_values_per_position();
+  }
 
   nlohmann::json to_json() const;
   // Parses and checks consistency (non-zero sizes, top_k ≤ experts, heads divide, the

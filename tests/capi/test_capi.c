@@ -245,6 +245,12 @@ static void test_model_info_and_tensors(void) {
   CHECK(info.sliding_window == 0 && info.sliding_layer_count == 0 && info.attention_sinks == 0);
   CHECK(info.attention_output_bias == 0 && info.router_bias == 0 && info.expert_bias == 0);
   CHECK(strcmp(info.expert_activation, "silu") == 0 && info.swiglu_limit == 0.0 && info.swiglu_alpha == 0.0);
+  /* Grouped-query attention: no latent ranks; the softmax scale 1/sqrt(16); per position and layer
+   * 2 (k, v) x 2 KV heads x 16 values x 4 bytes. */
+  CHECK(strcmp(info.attention, "gqa") == 0 && info.q_lora_rank == 0 && info.kv_lora_rank == 0);
+  CHECK(info.qk_nope_head_dim == 0 && info.v_head_dim == 0 && info.rope_interleave == 0 && info.mtp_layer_count == 0);
+  CHECK(fabs(info.attention_scale - 0.25) < 1e-15);
+  CHECK(info.kv_cache_bytes_per_token == 2ull * 2 * 2 * 16 * 4);
   CHECK(strcmp(info.qk_norm, "none") == 0);
   CHECK(fabs(info.rope_theta - 10000.0) < 1e-9 && fabs(info.rms_norm_eps - 1e-5) < 1e-12);
   CHECK(info.weight_dtype == COLIBRI_DTYPE_F32);
@@ -1326,6 +1332,30 @@ static void test_gpt_oss_info(const char *tmpdir) {
   colibri_model_close(m);
 }
 
+/* DeepSeek-V3 (tests/fixtures/oracle/deepseek_v3_mla, converted into TMPDIR by ctest): the
+ * multi-head latent attention fields, and the latent cache's size. */
+static void test_deepseek_info(const char *tmpdir) {
+  char path[4096];
+  colibri_model *m = NULL;
+  colibri_model_info info;
+  memset(&info, 0, sizeof info);
+  snprintf(path, sizeof path, "%s/deepseek_v3_mla.colibri", tmpdir);
+  CHECK_OK(colibri_model_open(path, NULL, &m));
+  if (!m) return;
+  info.struct_size = sizeof info;
+  CHECK_OK(colibri_model_get_info(m, &info));
+  CHECK(strcmp(info.family, "deepseek_v3") == 0 && strcmp(info.architecture, "DeepseekV3ForCausalLM") == 0);
+  CHECK(strcmp(info.attention, "mla") == 0 && info.q_lora_rank == 64 && info.kv_lora_rank == 64);
+  CHECK(info.qk_nope_head_dim == 32 && info.head_dim == 16 && info.v_head_dim == 32 && info.rope_interleave == 1);
+  CHECK(info.head_count == 4 && info.kv_head_count == 4 && info.mtp_layer_count == 1);
+  /* (32 + 16)^-1/2, times yarn's get_mscale(4, 1)^2. */
+  CHECK(fabs(info.attention_scale - pow(0.1 * log(4.0) + 1.0, 2.0) / sqrt(48.0)) < 1e-12);
+  /* 3 layers x (64 latent + 16 rope key) x 4 bytes. */
+  CHECK(info.kv_cache_bytes_per_token == 3ull * (64 + 16) * 4);
+  CHECK(strcmp(info.router_score, "sigmoid") == 0 && info.router_select_bias == 1 && info.expert_group_count == 4);
+  colibri_model_close(m);
+}
+
 int main(int argc, char **argv) {
   colibri_model *model;
   const char *tmpdir;
@@ -1340,6 +1370,7 @@ int main(int argc, char **argv) {
   test_open_errors(tmpdir);
   test_model_info_and_tensors();
   test_gpt_oss_info(tmpdir);
+  test_deepseek_info(tmpdir);
   model = open_model();
   test_tokenizer(model);
   test_chat_template(model);

@@ -130,6 +130,26 @@ TEST_CASE("inspect prints the header, tensor table and totals, --json is parseab
   CHECK(j["totals"]["per_dtype"]["f32"]["tensors"] == 15);
 }
 
+TEST_CASE("inspect reports the KV cache per token and the checkpoint's MTP layers (DeepSeek-V3's latent cache)", "[cli]") {
+  const std::string dir = testing::temp_dir("cli-inspect-mla");
+  const std::string path = dir + "/deepseek.colibri";
+  REQUIRE(run_tool(std::string("convert ") + COLIBRI_SOURCE_DIR + "/tests/fixtures/oracle/deepseek_v3_mla -o " + path).exit_code ==
+          0);
+  Run text = run_tool("inspect " + path);
+  REQUIRE(text.exit_code == 0);
+  // 3 layers × (64 latent + 16 rope key) × 4 bytes; expanded: 4 heads × (32 + 16 + 32) values.
+  CHECK_THAT(text.out, Contains("mla attention: 80 values per position and layer, 960 B per token in f32") &&
+                           Contains("expanded keys and values would take 3.75 KiB") &&
+                           Contains("1 multi-token-prediction layer in the checkpoint: not in the image, never run"));
+  Run js = run_tool("inspect --json " + path);
+  REQUIRE(js.exit_code == 0);
+  auto j = nlohmann::json::parse(js.out);
+  CHECK(j["kv_cache"]["attention"] == "mla");
+  CHECK(j["kv_cache"]["bytes_per_token_f32"] == 3 * 80 * 4);
+  CHECK(j["kv_cache"]["expanded_bytes_per_token_f32"] == 3 * 4 * 80 * 4);
+  CHECK(j["kv_cache"]["mtp_layers_not_in_image"] == 1);
+}
+
 namespace {
 
 std::string repeat(const std::string &s, size_t n) {

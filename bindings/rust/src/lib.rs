@@ -618,7 +618,7 @@ pub struct Model {
 pub struct ModelInfo {
     pub format_version: u32,
     pub path: String,
-    /// "mixtral", "qwen2_moe", "qwen3_moe", "olmoe"
+    /// "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "glm4_moe", "minimax_m2", "gpt_oss", "deepseek_v3"
     pub family: String,
     pub architecture: String,
     pub file_size_bytes: u64,
@@ -672,6 +672,22 @@ pub struct ModelInfo {
     pub expert_activation: String,
     pub swiglu_limit: f64,
     pub swiglu_alpha: f64,
+    /// "gqa" or "mla" (multi-head latent attention: DeepSeek-V3, Kimi-K2). With "mla",
+    /// `head_dim` is the rotated part of a query head and the cache keeps `kv_lora_rank +
+    /// head_dim` values per position and layer; the ranks are 0 for "gqa".
+    pub attention: String,
+    /// 0: a direct query projection.
+    pub q_lora_rank: usize,
+    pub kv_lora_rank: usize,
+    pub qk_nope_head_dim: usize,
+    pub v_head_dim: usize,
+    pub rope_interleave: bool,
+    /// The softmax scale of the scores.
+    pub attention_scale: f64,
+    /// One position of an f32 KV cache over all layers (an f16 cache: half).
+    pub kv_cache_bytes_per_token: u64,
+    /// Multi-token-prediction layers of the checkpoint (not in the image, never run).
+    pub mtp_layer_count: usize,
     pub weight_dtype: Option<DType>,
     pub weight_group_size: u32,
     pub tensor_count: usize,
@@ -1033,6 +1049,15 @@ unsafe fn model_info_from(i: &sys::colibri_model_info) -> ModelInfo {
             expert_activation: owned_string(i.expert_activation),
             swiglu_limit: i.swiglu_limit,
             swiglu_alpha: i.swiglu_alpha,
+            attention: owned_string(i.attention),
+            q_lora_rank: i.q_lora_rank as usize,
+            kv_lora_rank: i.kv_lora_rank as usize,
+            qk_nope_head_dim: i.qk_nope_head_dim as usize,
+            v_head_dim: i.v_head_dim as usize,
+            rope_interleave: i.rope_interleave != 0,
+            attention_scale: i.attention_scale,
+            kv_cache_bytes_per_token: i.kv_cache_bytes_per_token,
+            mtp_layer_count: i.mtp_layer_count as usize,
             weight_dtype: Some(DType::from_raw(i.weight_dtype)),
             weight_group_size: i.weight_group_size,
             tensor_count: i.tensor_count as usize,

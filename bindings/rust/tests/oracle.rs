@@ -188,6 +188,12 @@ fn model_info_and_tokenizer() {
     assert_eq!((info.sliding_window, info.sliding_layer_count), (0, 0));
     assert!(!info.attention_sinks && !info.attention_output_bias && !info.router_bias && !info.expert_bias);
     assert_eq!((info.expert_activation.as_str(), info.swiglu_limit, info.swiglu_alpha), ("silu", 0.0, 0.0));
+    // Multi-head latent attention's fields, for a Mixtral: grouped-query attention, no ranks;
+    // the cache keeps k and v of 2 KV heads × 16 values per layer.
+    assert_eq!((info.attention.as_str(), info.q_lora_rank, info.kv_lora_rank, info.v_head_dim), ("gqa", 0, 0, 0));
+    assert!(!info.rope_interleave && info.mtp_layer_count == 0);
+    assert_eq!(info.kv_cache_bytes_per_token, 2 * 2 * 2 * 16 * 4);
+    assert_eq!(info.attention_scale, 0.25);
     let tensors = model.tensors().unwrap();
     assert_eq!(tensors.len(), info.tensor_count);
     assert_eq!(model.find_tensor(&tensors[1].name).unwrap(), 1);

@@ -432,12 +432,21 @@ pub struct colibri_model_info {
     pub expert_activation: *const ::std::os::raw::c_char,
     pub swiglu_limit: f64,
     pub swiglu_alpha: f64,
+    pub attention: *const ::std::os::raw::c_char,
+    pub q_lora_rank: u64,
+    pub kv_lora_rank: u64,
+    pub qk_nope_head_dim: u64,
+    pub v_head_dim: u64,
+    pub attention_scale: f64,
+    pub kv_cache_bytes_per_token: u64,
+    pub mtp_layer_count: u64,
+    pub rope_interleave: u32,
 }
 #[test]
 fn bindgen_test_layout_colibri_model_info() {
     assert_eq!(
         ::core::mem::size_of::<colibri_model_info>(),
-        400usize,
+        472usize,
         concat!("Size of: ", stringify!(colibri_model_info))
     );
     assert_eq!(
@@ -1482,6 +1491,159 @@ fn bindgen_test_layout_colibri_model_info() {
         );
     }
     test_field_swiglu_alpha();
+    fn test_field_attention() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).attention) as usize - ptr as usize
+            },
+            400usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(attention)
+            )
+        );
+    }
+    test_field_attention();
+    fn test_field_q_lora_rank() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).q_lora_rank) as usize - ptr as usize
+            },
+            408usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(q_lora_rank)
+            )
+        );
+    }
+    test_field_q_lora_rank();
+    fn test_field_kv_lora_rank() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).kv_lora_rank) as usize - ptr as usize
+            },
+            416usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(kv_lora_rank)
+            )
+        );
+    }
+    test_field_kv_lora_rank();
+    fn test_field_qk_nope_head_dim() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).qk_nope_head_dim) as usize - ptr as usize
+            },
+            424usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(qk_nope_head_dim)
+            )
+        );
+    }
+    test_field_qk_nope_head_dim();
+    fn test_field_v_head_dim() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).v_head_dim) as usize - ptr as usize
+            },
+            432usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(v_head_dim)
+            )
+        );
+    }
+    test_field_v_head_dim();
+    fn test_field_attention_scale() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).attention_scale) as usize - ptr as usize
+            },
+            440usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(attention_scale)
+            )
+        );
+    }
+    test_field_attention_scale();
+    fn test_field_kv_cache_bytes_per_token() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).kv_cache_bytes_per_token) as usize - ptr as usize
+            },
+            448usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(kv_cache_bytes_per_token)
+            )
+        );
+    }
+    test_field_kv_cache_bytes_per_token();
+    fn test_field_mtp_layer_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).mtp_layer_count) as usize - ptr as usize
+            },
+            456usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(mtp_layer_count)
+            )
+        );
+    }
+    test_field_mtp_layer_count();
+    fn test_field_rope_interleave() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::core::mem::MaybeUninit::<colibri_model_info>::uninit();
+                let ptr = uninit.as_ptr();
+                ::core::ptr::addr_of!((*ptr).rope_interleave) as usize - ptr as usize
+            },
+            464usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(colibri_model_info),
+                "::",
+                stringify!(rope_interleave)
+            )
+        );
+    }
+    test_field_rope_interleave();
 }
 extern "C" {
     pub fn colibri_model_get_info(
