@@ -183,7 +183,9 @@ Error convert_checkpoint(const ConvertOptions &options, ConvertReport *report) {
   SafetensorsCheckpoint checkpoint;
   if (Error e = SafetensorsCheckpoint::open(directory, &checkpoint)) return e;
   TensorPlan plan;
-  if (Error e = plan_tensors(*family, model_config, checkpoint, &plan)) return e;
+  Fp8Blocks fp8;
+  if (Error e = read_fp8_blocks(config, &fp8)) return e;
+  if (Error e = plan_tensors(*family, model_config, checkpoint, fp8, &plan)) return e;
   const image::DType dtype = options.dtype.value_or(default_dtype(plan));
   model::names::StoragePolicy policy;
   policy.requested = dtype;

@@ -103,6 +103,7 @@ Error unsupported(const std::string &what) {
 class ConfigReader {
  public:
   explicit ConfigReader(const nlohmann::json &config) : config_(config) {}
+  const nlohmann::json &config() const { return config_; }
 
   const Error &error() const { return error_; }
   bool has(const char *key) const { return value(key) != nullptr; }
@@ -396,12 +397,18 @@ Error check_unsupported_features(ConfigReader &reader, const FamilyInfo &family)
     // gpt-oss as OpenAI ships it: MXFP4 experts (*_blocks / *_scales), everything else bf16; the
     // tensor plan reads them (Mxfp4Source) and the image keeps them MXFP4.
     const bool mxfp4_experts = method == "mxfp4" && family.fused_experts;
-    if (!mxfp4_experts)
+    // Block-scaled FP8 (DeepSeek's own checkpoints): the tensor plan dequantises it (Fp8Blocks).
+    Fp8Blocks fp8;
+    if (method == "fp8") {
+      if (Error e = read_fp8_blocks(reader.config(), &fp8)) return e;
+    } else if (!mxfp4_experts) {
       return make_error(ErrorKind::Unsupported,
                         "config.json: quantization_config (quant_method '" + method + "'): " +
                             (method == "mxfp4" ? "MXFP4 checkpoints are not supported yet outside gpt-oss (GptOssForCausalLM)"
                                                : "this quantized checkpoint format is not supported yet") +
-                            "; convert the original f32/f16/bf16 checkpoint and use --dtype q8, q4 or mxfp4");
+                            "; convert the original f32/f16/bf16 checkpoint (or a block-scaled FP8 one) and use "
+                            "--dtype q8, q4 or mxfp4");
+    }
   }
   std::string act = reader.optional_string("hidden_act", "silu");
   if (act != "silu") return unsupported("hidden_act '" + act + "' (experts use SiLU / SwiGLU)");
@@ -411,6 +418,32 @@ Error check_unsupported_features(ConfigReader &reader, const FamilyInfo &family)
 }
 
 }  // namespace
+
+Error read_fp8_blocks(const nlohmann::json &config, Fp8Blocks *out) {
+  *out = Fp8Blocks{};
+  auto q = config.find("quantization_config");
+  if (q == config.end() || !q->is_object()) return {};
+  auto method = q->find("quant_method");
+  if (method == q->end() || !method->is_string() || method->get<std::string>() != "fp8") return {};
+  auto fmt = q->find("fmt");
+  if (fmt != q->end() && !(fmt->is_string() && fmt->get<std::string>() == "e4m3"))
+    return make_error(ErrorKind::Unsupported, "config.json: quantization_config fp8 with fmt " + fmt->dump() +
+                                                  " is not supported yet (supported: e4m3, DeepSeek's block-scaled "
+                                                  "format)");
+  auto block = q->find("weight_block_size");
+  const bool ok = block != q->end() && block->is_array() && block->size() == 2 &&
+                  std::all_of(block->begin(), block->end(), [](const nlohmann::json &v) {
+                    return v.is_number_unsigned() && v.get<uint64_t>() > 0 && v.get<uint64_t>() <= (uint64_t(1) << 20);
+                  });
+  if (!ok)
+    return make_error(ErrorKind::Unsupported,
+                      "config.json: quantization_config fp8 without a weight_block_size [rows, cols] (per-tensor or "
+                      "per-channel FP8) is not supported yet; only block-scaled FP8 with *_scale_inv tensors is");
+  out->used = true;
+  out->rows = (*block)[0].get<uint64_t>();
+  out->cols = (*block)[1].get<uint64_t>();
+  return {};
+}
 
 const FamilyInfo *find_family(const std::string &architecture) {
   for (const FamilyInfo &f : kFamilies)

@@ -67,6 +67,18 @@ struct FamilyInfo {
   bool mla = false;
 };
 
+// Block-scaled FP8 weights (quantization_config quant_method "fp8", fmt "e4m3",
+// weight_block_size [rows, cols]: DeepSeek-V3/R1's own checkpoints, Qwen3's FP8 releases): an
+// F8_E4M3 weight W comes with `<W>_scale_inv` (F32) [ceil(out / rows), ceil(in / cols)], and
+// its value is the e4m3 value times the scale of its block. The converter dequantises them.
+struct Fp8Blocks {
+  bool used = false;
+  uint64_t rows = 0, cols = 0;
+};
+// Fills *out from config.json's quantization_config (used false without one, or with MXFP4).
+// Errors: Unsupported for an fp8 config this converter cannot read (another fmt, no block size).
+Error read_fp8_blocks(const nlohmann::json &config, Fp8Blocks *out);
+
 // The family of `architecture` (e.g. "MixtralForCausalLM"), or nullptr.
 const FamilyInfo *find_family(const std::string &architecture);
 // "MixtralForCausalLM, Qwen2MoeForCausalLM, ..."

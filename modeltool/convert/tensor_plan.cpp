@@ -217,7 +217,7 @@ bool source_float_dtype(const std::string &dtype, image::DType *out) {
 }
 
 Error plan_tensors(const FamilyInfo &family, const model::ModelConfig &config, const SafetensorsCheckpoint &checkpoint,
-                   TensorPlan *plan) {
+                   const Fp8Blocks &fp8, TensorPlan *plan) {
   *plan = TensorPlan{};
   // A lower bound on the checkpoint tensors config.json needs (4 attention projections per
   // layer, 3 per expert of each MoE layer), before one name is built: within ModelLimits a
@@ -283,11 +283,44 @@ Error plan_tensors(const FamilyInfo &family, const model::ModelConfig &config, c
         planned.sources.push_back(t);
         continue;
       }
+      if (t->dtype == "F8_E4M3") {
+        // Block-scaled FP8: the weight and its `_scale_inv` [ceil(rows / R), ceil(cols / C)].
+        if (!fp8.used)
+          return make_error(ErrorKind::Unsupported,
+                            strprintf("tensor '%s' in '%s' is F8_E4M3, but config.json has no quantization_config "
+                                      "fp8 with a weight_block_size; only block-scaled FP8 (DeepSeek's format) is "
+                                      "supported",
+                                      source.c_str(), shard.c_str()));
+        const std::string scale_name = source + "_scale_inv";
+        const SafetensorsTensor *scale = checkpoint.find(scale_name);
+        image::DType scale_dtype;
+        if (t->shape.size() != 2 || !scale || !source_float_dtype(scale->dtype, &scale_dtype) ||
+            scale->shape != std::vector<uint64_t>{(t->shape[0] + fp8.rows - 1) / fp8.rows,
+                                                  (t->shape[1] + fp8.cols - 1) / fp8.cols})
+          return make_error(ErrorKind::Corrupt,
+                            strprintf("FP8 tensor '%s' in '%s' %s needs '%s', a float tensor of [%llu, %llu] block "
+                                      "scales (weight_block_size [%llu, %llu]); %s",
+                                      source.c_str(), shard.c_str(), shape_string(t->shape).c_str(), scale_name.c_str(),
+                                      static_cast<unsigned long long>(t->shape.size() == 2 ? (t->shape[0] + fp8.rows - 1) / fp8.rows : 0),
+                                      static_cast<unsigned long long>(t->shape.size() == 2 ? (t->shape[1] + fp8.cols - 1) / fp8.cols : 0),
+                                      static_cast<unsigned long long>(fp8.rows), static_cast<unsigned long long>(fp8.cols),
+                                      scale ? ("it is " + scale->dtype + " " + shape_string(scale->shape)).c_str()
+                                            : "it is missing"));
+        planned.fp8_scales.resize(w.source_names.size(), nullptr);
+        planned.fp8_scales[k] = scale;
+        planned.fp8 = fp8;
+        dtypes.insert("fp8_e4m3");
+        used.insert(source);
+        used.insert(scale_name);
+        planned.sources.push_back(t);
+        continue;
+      }
       image::DType decoded;
       if (!source_float_dtype(t->dtype, &decoded))
         return make_error(ErrorKind::Unsupported,
                           strprintf("tensor '%s' in '%s' has dtype %s, which is not supported yet (supported source "
-                                    "dtypes: F32, F16, BF16); convert from the original floating-point checkpoint",
+                                    "dtypes: F32, F16, BF16, and F8_E4M3 with block scales); convert from the original "
+                                    "floating-point checkpoint",
                                     source.c_str(), shard.c_str(), t->dtype.c_str()));
       dtypes.insert(image::dtype_name(decoded));  // "f32", "f16", "bf16", as docs/format.md shows them
       used.insert(source);

@@ -54,6 +54,10 @@ struct PlannedTensor {
                                                    // (MXFP4: {blocks, scales})
   SourceSlice slice;                               // non-identity: one source, re-laid out (see above)
   Mxfp4Source mxfp4;                               // used: the sources are MXFP4 blocks and scales
+  // Block-scaled FP8 sources (Fp8Blocks): per source its `<name>_scale_inv` tensor, or null for a
+  // float source; empty when no source is FP8.
+  std::vector<const SafetensorsTensor *> fp8_scales;
+  Fp8Blocks fp8;
   uint64_t source_bytes() const;
 };
 
@@ -68,8 +72,9 @@ struct TensorPlan {
 // Maps `checkpoint` onto the image tensors `config` implies, using `family`'s names.
 // Errors name the tensor: missing, wrong shape (expected vs found), unsupported dtype,
 // unexpected extra tensors.
+// F8_E4M3 sources need `fp8` (from config.json's quantization_config) and their scale tensors.
 Error plan_tensors(const FamilyInfo &family, const model::ModelConfig &config, const SafetensorsCheckpoint &checkpoint,
-                   TensorPlan *plan);
+                   const Fp8Blocks &fp8, TensorPlan *plan);
 
 // The --dtype default: the float sources' type when they all share one, else f16 (MXFP4 experts
 // are not float sources: the converter keeps them MXFP4 unless told otherwise).

@@ -10,6 +10,56 @@
 
 namespace colibri::modeltool::convert {
 
+namespace {
+
+// OCP FP8 E4M3 (the "fn" variant DeepSeek stores): sign, 4 exponent bits (bias 7), 3 mantissa
+// bits; exponent 0 is subnormal (m/8 · 2^-6), S.1111.111 is NaN, there is no infinity (max 448).
+float e4m3_value(uint8_t code) {
+  const int sign = code >> 7, exponent = (code >> 3) & 0xF, mantissa = code & 0x7;
+  float magnitude;
+  if (exponent == 0xF && mantissa == 0x7) magnitude = std::nanf("");
+  else if (exponent == 0) magnitude = std::ldexp(static_cast<float>(mantissa) / 8.0f, -6);
+  else magnitude = std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
+  return sign ? -magnitude : magnitude;
+}
+
+struct E4m3Table {
+  float value[256];
+  E4m3Table() {
+    for (int c = 0; c < 256; ++c) value[c] = e4m3_value(static_cast<uint8_t>(c));
+  }
+};
+
+}  // namespace
+
+// Row `row` of source k of `tensor` (whose bytes start at `bytes`), decoded to f32: a float source
+// as stored, an FP8 one (Fp8Blocks) as its e4m3 values times the scale of each value's block.
+void TensorStreamer::decode_source_row(const SafetensorsCheckpoint &checkpoint, const PlannedTensor &tensor, size_t k,
+                                       const unsigned char *bytes, uint64_t row, uint64_t cols, float *out) const {
+  const SafetensorsTensor *scale = k < tensor.fp8_scales.size() ? tensor.fp8_scales[k] : nullptr;
+  if (!scale) {
+    image::DType decoded = image::DType::F32;
+    source_float_dtype(tensor.sources[k]->dtype, &decoded);  // checked by plan_tensors
+    image::decode_floats(decoded, bytes, cols, out);
+    return;
+  }
+  static const E4m3Table table;
+  image::DType scale_dtype = image::DType::F32;
+  source_float_dtype(scale->dtype, &scale_dtype);
+  const uint64_t block_cols = tensor.fp8.cols, scale_cols = scale->shape[1];
+  const unsigned char *scale_row =
+      checkpoint.data(*scale) + image::row_bytes(scale_dtype, 0, scale_cols) * (row / tensor.fp8.rows);
+  float scales[64];  // a row's block scales, a chunk at a time
+  for (uint64_t b0 = 0; b0 < scale_cols; b0 += 64) {
+    const uint64_t nb = std::min<uint64_t>(64, scale_cols - b0);
+    image::decode_floats(scale_dtype, scale_row + image::row_bytes(scale_dtype, 0, b0), nb, scales);
+    for (uint64_t b = 0; b < nb; ++b) {
+      const uint64_t c0 = (b0 + b) * block_cols, c1 = std::min(cols, c0 + block_cols);
+      for (uint64_t c = c0; c < c1; ++c) out[c] = table.value[bytes[c]] * scales[b];
+    }
+  }
+}
+
 Error TensorStreamer::write(const SafetensorsCheckpoint &checkpoint, const PlannedTensor &tensor,
                             image::ImageWriter *writer, const std::function<void(uint64_t)> &on_progress) {
   const image::DType stored = tensor.spec.dtype;
@@ -18,11 +68,13 @@ Error TensorStreamer::write(const SafetensorsCheckpoint &checkpoint, const Plann
 
   if (tensor.mxfp4.used) return write_mxfp4(checkpoint, tensor, writer, on_progress);
   if (!tensor.slice.identity()) return write_sliced(checkpoint, tensor, writer, on_progress);
-  for (const SafetensorsTensor *source : tensor.sources) {
-    image::DType decoded;
-    if (!source_float_dtype(source->dtype, &decoded))  // plan_tensors refused these already
+  for (size_t k = 0; k < tensor.sources.size(); ++k) {
+    const SafetensorsTensor *source = tensor.sources[k];
+    const bool fp8 = k < tensor.fp8_scales.size() && tensor.fp8_scales[k];
+    image::DType decoded = image::DType::F32;
+    if (!fp8 && !source_float_dtype(source->dtype, &decoded))  // plan_tensors refused these already
       return make_error(ErrorKind::Internal, "unplanned source dtype " + source->dtype);
-    const uint64_t source_row_bytes = image::row_bytes(decoded, 0, cols);
+    const uint64_t source_row_bytes = fp8 ? cols : image::row_bytes(decoded, 0, cols);
     const uint64_t rows = source->byte_size() / source_row_bytes;
     const uint64_t rows_per_chunk = std::max<uint64_t>(1, kChunkSourceBytes / source_row_bytes);
     const unsigned char *base = checkpoint.data(*source);
@@ -33,7 +85,7 @@ Error TensorStreamer::write(const SafetensorsCheckpoint &checkpoint, const Plann
       const unsigned char *chunk = base + row * source_row_bytes;
       const uint64_t chunk_bytes = n * source_row_bytes;
       Error error;
-      if (decoded == stored) {
+      if (!fp8 && decoded == stored) {
         error = writer->append(chunk, chunk_bytes);  // same dtype: straight from the map
       } else {
         rows_.resize(n * cols);
@@ -45,7 +97,7 @@ Error TensorStreamer::write(const SafetensorsCheckpoint &checkpoint, const Plann
         pool_.parallel_for(n, [&](size_t r, size_t) {
           float *in = rows_.data() + r * cols;
           unsigned char *out = encoded_.data() + r * out_row_bytes;
-          image::decode_floats(decoded, chunk + r * source_row_bytes, cols, in);
+          decode_source_row(checkpoint, tensor, k, chunk + r * source_row_bytes, row + r, cols, in);
           bad_column_[r] = image::first_unstorable(stored, in, cols);
           if (bad_column_[r] != cols) return;
           if (image::is_block_dtype(stored)) image::quantize_row(stored, group, in, cols, out);
@@ -80,15 +132,17 @@ Error TensorStreamer::write_sliced(const SafetensorsCheckpoint &checkpoint, cons
   const uint32_t group = tensor.spec.group_size;
   const SourceSlice &slice = tensor.slice;
   const SafetensorsTensor *source = tensor.sources.front();
-  image::DType decoded;
-  if (tensor.sources.size() != 1 || source->shape.size() < 2 || !source_float_dtype(source->dtype, &decoded))
+  const bool fp8 = !tensor.fp8_scales.empty() && tensor.fp8_scales[0];
+  image::DType decoded = image::DType::F32;
+  if (tensor.sources.size() != 1 || source->shape.size() < 2 || (!fp8 && !source_float_dtype(source->dtype, &decoded)))
     return make_error(ErrorKind::Internal, "unplanned sliced source for " + tensor.spec.name);
+  auto source_row_bytes = [&](uint64_t n) { return fp8 ? n : image::row_bytes(decoded, 0, n); };
   const uint64_t a = slice.row_block ? slice.row_block : source->shape[source->shape.size() - 2], c = source->shape.back();
   const uint64_t kept = c / slice.column_stride;                           // columns taken from each source row
   const uint64_t kept_rows = slice.row_count ? slice.row_count : a, r0 = slice.row_offset;  // rows taken
   const uint64_t out_rows = slice.transpose ? kept : kept_rows, cols = slice.transpose ? kept_rows : kept;
-  const uint64_t matrices = source->byte_size() / image::row_bytes(decoded, 0, a * c);
-  const uint64_t source_matrix_bytes = image::row_bytes(decoded, 0, a * c);
+  const uint64_t matrices = source->byte_size() / source_row_bytes(a * c);
+  const uint64_t source_matrix_bytes = source_row_bytes(a * c);
   const uint64_t out_row_bytes = image::row_bytes(stored, group, cols);
   const unsigned char *base = checkpoint.data(*source);
   std::vector<float> whole(a * c);
@@ -99,7 +153,7 @@ Error TensorStreamer::write_sliced(const SafetensorsCheckpoint &checkpoint, cons
     if (interrupted()) return interrupted_error();
     const unsigned char *matrix = base + m * source_matrix_bytes;
     pool_.parallel_for(a, [&](size_t r, size_t) {
-      image::decode_floats(decoded, matrix + r * image::row_bytes(decoded, 0, c), c, whole.data() + r * c);
+      decode_source_row(checkpoint, tensor, 0, matrix + r * source_row_bytes(c), m * a + r, c, whole.data() + r * c);
     });
     pool_.parallel_for(out_rows, [&](size_t r, size_t) {
       float *row = rows_.data() + r * cols;

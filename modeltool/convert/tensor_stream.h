@@ -4,7 +4,8 @@
 // source pages. A source already in the stored dtype is appended straight from the map; a
 // re-laid-out one (SourceSlice: gpt-oss's fused experts) goes one source matrix at a time, and
 // so do MXFP4 experts (Mxfp4Source): copied block for block into an mxfp4 image tensor (no value
-// changes), or decoded to f32 and encoded like any source for another stored dtype.
+// changes), or decoded to f32 and encoded like any source for another stored dtype. Block-scaled
+// FP8 sources (Fp8Blocks) are decoded to f32 (e4m3 value × block scale) and encoded likewise.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +37,8 @@ class TensorStreamer {
  private:
   Error write_sliced(const SafetensorsCheckpoint &checkpoint, const PlannedTensor &tensor, image::ImageWriter *writer,
                      const std::function<void(uint64_t source_bytes)> &on_progress);
+  void decode_source_row(const SafetensorsCheckpoint &checkpoint, const PlannedTensor &tensor, size_t k,
+                         const unsigned char *bytes, uint64_t row, uint64_t cols, float *out) const;
   Error write_mxfp4(const SafetensorsCheckpoint &checkpoint, const PlannedTensor &tensor, image::ImageWriter *writer,
                     const std::function<void(uint64_t source_bytes)> &on_progress);
 

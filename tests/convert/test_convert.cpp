@@ -557,12 +557,12 @@ TEST_CASE("refused: an unsupported source dtype, naming tensor and dtype", "[con
   SyntheticCheckpointSpec s;
   s.edit_tensors = [](std::vector<testing::SafetensorsEntry> &t) {
     for (auto &x : t)
-      if (x.name == "model.layers.0.self_attn.q_proj.weight") x.dtype = "F8_E4M3";
+      if (x.name == "model.layers.0.self_attn.q_proj.weight") x.dtype = "F8_E5M2";
   };
   Error e = convert_damaged(s, kNoDamage);
   CHECK(e.kind == ErrorKind::Unsupported);
   CHECK_THAT(e.message, Contains("tensor 'model.layers.0.self_attn.q_proj.weight' in 'model.safetensors' has dtype "
-                                 "F8_E4M3, which is not supported yet"));
+                                 "F8_E5M2, which is not supported yet"));
 }
 
 TEST_CASE("refused: an unsupported config feature", "[convert][errors]") {

@@ -486,6 +486,144 @@ TEST_CASE("DeepSeek-V3 converts: MLA's kv_b_proj cut per head (keys transposed),
   }
 }
 
+namespace {
+
+// OCP E4M3 ("fn": no infinity, S.1111.111 NaN), written out here independently of the converter.
+double e4m3(uint8_t code) {
+  const int e = (code >> 3) & 0xF, m = code & 7;
+  const double magnitude = e == 0 ? m / 8.0 * std::ldexp(1.0, -6) : (1.0 + m / 8.0) * std::ldexp(1.0, e - 7);
+  return code & 0x80 ? -magnitude : magnitude;
+}
+
+// Writes the deepseek_v3_mla fixture as DeepSeek ships its FP8 checkpoints: every projection of
+// rank 2 (not the embeddings, the LM head or the routers) in F8_E4M3 with `<name>_scale_inv`
+// block scales (blocks of 32 × 32 here, partial ones at the edges: [80, 64] has 3 × 2 blocks),
+// quantization_config fp8 e4m3; and beside it the same checkpoint in f32 holding exactly the
+// values the FP8 one means (e4m3 value × block scale). Returns the count of FP8 tensors.
+size_t write_fp8_pair(const std::string &fp8_dir, const std::string &f32_dir) {
+  const std::string src = fixture_dir("deepseek_v3_mla");
+  constexpr uint64_t kBlock = 32;
+  modeltool::convert::SafetensorsCheckpoint checkpoint;
+  REQUIRE_FALSE(modeltool::convert::SafetensorsCheckpoint::open(src, &checkpoint));
+  std::vector<testing::SafetensorsEntry> fp8_entries, f32_entries;
+  std::vector<std::vector<unsigned char>> fp8_data, f32_data;
+  size_t quantised = 0;
+  for (const auto &t : checkpoint.tensors()) {
+    REQUIRE(t.dtype == "F32");
+    const float *v = reinterpret_cast<const float *>(checkpoint.data(t));
+    const bool q = t.shape.size() == 2 && t.name.ends_with("_proj.weight") && t.name.find("embed") == std::string::npos;
+    std::vector<unsigned char> raw(reinterpret_cast<const unsigned char *>(v), reinterpret_cast<const unsigned char *>(v) + t.byte_size());
+    if (!q) {
+      fp8_entries.push_back({t.name, "F32", t.shape});
+      fp8_data.push_back(raw);
+      f32_entries.push_back({t.name, "F32", t.shape});
+      f32_data.push_back(raw);
+      continue;
+    }
+    ++quantised;
+    const uint64_t rows = t.shape[0], cols = t.shape[1], br = (rows + kBlock - 1) / kBlock, bc = (cols + kBlock - 1) / kBlock;
+    std::vector<float> scales(br * bc), meant(rows * cols);
+    std::vector<unsigned char> codes(rows * cols);
+    for (uint64_t i = 0; i < br; ++i)
+      for (uint64_t j = 0; j < bc; ++j) {
+        float amax = 0;
+        for (uint64_t r = i * kBlock; r < std::min(rows, (i + 1) * kBlock); ++r)
+          for (uint64_t c = j * kBlock; c < std::min(cols, (j + 1) * kBlock); ++c) amax = std::max(amax, std::fabs(v[r * cols + c]));
+        const float scale = amax > 0 ? amax / 448.0f : 1.0f;
+        scales[i * bc + j] = scale;
+        for (uint64_t r = i * kBlock; r < std::min(rows, (i + 1) * kBlock); ++r)
+          for (uint64_t c = j * kBlock; c < std::min(cols, (j + 1) * kBlock); ++c) {
+            int best = 0;
+            for (int code = 0; code < 256; ++code)
+              if ((code & 0x7F) != 0x7F && std::fabs(e4m3(static_cast<uint8_t>(code)) - v[r * cols + c] / scale) <
+                                               std::fabs(e4m3(static_cast<uint8_t>(best)) - v[r * cols + c] / scale))
+                best = code;
+            codes[r * cols + c] = static_cast<unsigned char>(best);
+            meant[r * cols + c] = static_cast<float>(e4m3(static_cast<uint8_t>(best))) * scale;
+          }
+      }
+    fp8_entries.push_back({t.name, "F8_E4M3", t.shape});
+    fp8_data.push_back(codes);
+    fp8_entries.push_back({t.name + "_scale_inv", "F32", {br, bc}});
+    fp8_data.push_back(std::vector<unsigned char>(reinterpret_cast<unsigned char *>(scales.data()),
+                                                  reinterpret_cast<unsigned char *>(scales.data() + scales.size())));
+    f32_entries.push_back({t.name, "F32", t.shape});
+    f32_data.push_back(std::vector<unsigned char>(reinterpret_cast<unsigned char *>(meant.data()),
+                                                  reinterpret_cast<unsigned char *>(meant.data() + meant.size())));
+  }
+  auto write = [&](const std::string &dir, const std::vector<testing::SafetensorsEntry> &entries,
+                   const std::vector<std::vector<unsigned char>> &data, bool fp8) {
+    std::filesystem::create_directories(dir);
+    REQUIRE_FALSE(testing::write_safetensors(dir + "/model.safetensors", entries,
+                                             [&](size_t i, uint64_t offset, unsigned char *out, size_t bytes) {
+                                               std::memcpy(out, data[i].data() + offset, bytes);
+                                             }));
+    json config = json::parse(testing::read_text(src + "/config.json"));
+    if (fp8)
+      config["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"},
+                                       {"weight_block_size", {kBlock, kBlock}}};
+    testing::write_text(dir + "/config.json", config.dump(2));
+    for (const char *f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+      std::filesystem::copy_file(src + "/" + f, dir + "/" + f);
+  };
+  write(fp8_dir, fp8_entries, fp8_data, true);
+  write(f32_dir, f32_entries, f32_data, false);
+  return quantised;
+}
+
+}  // namespace
+
+TEST_CASE("a block-scaled FP8 checkpoint (DeepSeek's format) converts to exactly the values it means", "[convert][oracle][fp8]") {
+  testing::ScopedTempDir tmp("oracle-fp8");
+  const size_t quantised = write_fp8_pair(tmp / "fp8", tmp / "f32");
+  CHECK(quantised > 40);  // every layer's projections, the experts' one by one, kv_b_proj among them
+  // f32: the FP8 checkpoint's image equals, byte for byte, the image of the f32 checkpoint that
+  // holds e4m3 × scale: stacked experts, kv_b_proj cut per head (transposed keys) and all.
+  for (image::DType dtype : {image::DType::F32, image::DType::BF16, image::DType::Q4}) {
+    INFO(image::dtype_name(dtype));
+    const std::string a = tmp / (std::string("fp8-") + image::dtype_name(dtype) + ".colibri");
+    const std::string b = tmp / (std::string("f32-") + image::dtype_name(dtype) + ".colibri");
+    Error e = testing::convert(tmp / "fp8", a, dtype);
+    INFO(e.message);
+    REQUIRE_FALSE(e);
+    REQUIRE_FALSE(testing::convert(tmp / "f32", b, dtype));
+    auto x = testing::open_image(a), y = testing::open_image(b);
+    REQUIRE_FALSE(x->verify_all(1));
+    REQUIRE(x->tensors().size() == y->tensors().size());
+    size_t differ = 0;
+    for (size_t i = 0; i < x->tensors().size(); ++i) {
+      const image::TensorInfo &p = x->tensors()[i], &q = y->tensors()[i];
+      CHECK(p.name == q.name);
+      differ += p.size != q.size || std::memcmp(x->data(p), y->data(q), p.size) != 0;
+    }
+    CHECK(differ == 0);
+    CHECK(x->metadata()["model"] == y->metadata()["model"]);
+    CHECK(x->metadata()["provenance"]["source_dtypes"] == json({"f32", "fp8_e4m3"}));
+  }
+  // The default dtype is the checkpoint's float tensors' (here f32), not something from FP8.
+  REQUIRE_FALSE(testing::convert(tmp / "fp8", tmp / "default.colibri"));
+  CHECK(testing::open_image(tmp / "default.colibri")->find("blk.0.attn_q_a")->dtype == image::DType::F32);
+
+  // Refusals by name: FP8 weights without the fp8 quantization_config; a scale tensor missing.
+  json config = json::parse(testing::read_text(tmp / "fp8/config.json"));
+  config.erase("quantization_config");
+  testing::write_text(tmp / "fp8/config.json", config.dump(2));
+  Error e = testing::convert(tmp / "fp8", tmp / "bad.colibri");
+  CHECK(e.kind == ErrorKind::Unsupported);
+  CHECK_THAT(e.message, Catch::Contains("is F8_E4M3, but config.json has no quantization_config fp8"));
+  config["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e5m2"}, {"weight_block_size", {32, 32}}};
+  testing::write_text(tmp / "fp8/config.json", config.dump(2));
+  e = testing::convert(tmp / "fp8", tmp / "bad.colibri");
+  CHECK(e.kind == ErrorKind::Unsupported);
+  CHECK_THAT(e.message, Catch::Contains("fmt \"e5m2\""));
+  config["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"weight_block_size", {64, 64}}};
+  testing::write_text(tmp / "fp8/config.json", config.dump(2));
+  e = testing::convert(tmp / "fp8", tmp / "bad.colibri");
+  CHECK(e.kind == ErrorKind::Corrupt);
+  CHECK_THAT(e.message, Catch::Contains("_scale_inv") && Catch::Contains("weight_block_size [64, 64]"));
+  CHECK_FALSE(std::filesystem::exists(tmp / "bad.colibri"));
+}
+
 TEST_CASE("an MXFP4 gpt-oss checkpoint keeps its experts block for block, and --dtype decodes them exactly", "[convert][oracle]") {
   const std::string dir = fixture_dir("gpt_oss_mxfp4");
   testing::ScopedTempDir tmp("oracle-gpt-oss-mxfp4");
