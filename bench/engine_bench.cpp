@@ -11,7 +11,7 @@
 //   --interleave PAIRS (default 30, 0 = off): the "tg, interleaved" row, decode alternated with
 //                the probe in 100 ms slices (see decode_interleaved below), and the "pp128,
 //                interleaved" row, PAIRS / 3 prefills each next to an FMA peak measurement
-//   engine_bench --make DIR --dtype f16|q8      (writes the benchmark-shape checkpoint with
+//   engine_bench --make DIR --dtype f16|q8 [--shape mixtral|deepseek]   (writes the benchmark-shape checkpoint with
 //                the seeded synthetic writer, converts it with colibri-model, then runs)
 //
 // Decode is reported as a percentage of bandwidth / active weight bytes per token, with the
@@ -57,10 +57,11 @@ double quantile(std::vector<double> v, double q) {
 
 Stats stats(const std::vector<double> &v) { return {quantile(v, 0.5), quantile(v, 0), quantile(v, 1)}; }
 
-// KV cache bytes one decode token reads at `mean_position`: k and v rows of kv_dim fp32 values
-// per layer and position.
+// KV cache bytes one decode token reads at `mean_position`: per layer and position, the k and v
+// rows of the KV heads, or MLA's latent and rope key, in fp32.
 double kv_bytes_per_token(const model::Model &m, double mean_position) {
-  return 2.0 * static_cast<double>(m.kv_dim()) * 4 * static_cast<double>(m.config().layer_count) * mean_position;
+  return static_cast<double>(m.config().kv_values_per_position()) * 4 * static_cast<double>(m.config().layer_count) *
+         mean_position;
 }
 
 uint64_t matrix_bytes(const model::WeightMatrix &m) { return m.present() ? m.matrix_bytes : 0; }
@@ -74,8 +75,13 @@ void active_per_token(const model::Model &m, uint64_t *bytes, double *body_flops
   *head_flops = 2.0 * static_cast<double>(m.output().rows * m.output().cols);
   double f = 0;
   for (const auto &l : m.layers()) {
-    uint64_t attn = matrix_bytes(l.attn_q) + matrix_bytes(l.attn_k) + matrix_bytes(l.attn_v) + matrix_bytes(l.attn_output);
-    uint64_t params = (l.attn_q.rows + l.attn_k.rows + l.attn_v.rows) * c.hidden_size + l.attn_output.rows * l.attn_output.cols;
+    uint64_t attn = 0, params = 0;
+    for (const model::WeightMatrix *w : {&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.attn_q_a, &l.attn_q_b,
+                                         &l.attn_kv_a_mqa, &l.attn_k_b, &l.attn_v_b})
+      if (w->present()) {
+        attn += w->count * matrix_bytes(*w);
+        params += w->count * w->rows * w->cols;
+      }
     b += attn + 2 * c.hidden_size * 4;
     if (l.is_moe) {
       b += matrix_bytes(l.router) + c.top_k * (matrix_bytes(l.experts_gate) + matrix_bytes(l.experts_up) + matrix_bytes(l.experts_down));
@@ -105,10 +111,38 @@ void print_profile(const char *label, const runtime::SessionStats &st) {
   std::printf("  weight bytes read per token: %.1f MB\n", st.weight_bytes_read / 1e6 / tokens);
 }
 
-std::string make_image(const std::string &dir, const std::string &dtype) {
+// The benchmark shapes. "mixtral": vocab 32000, hidden 1024, 8 layers, 16/4 heads of 64, 8
+// experts × 2816, top-2. "deepseek": DeepSeek-V3's proportions at hidden 2048 (V3: 7168) — 16
+// heads of qk_nope 128 + qk_rope 64 and v 128 as V3's, q_lora_rank 448 and kv_lora_rank 160
+// (V3's 1536 and 512 scaled by 2048/7168, to multiples of 32), 64 routed experts of 512 (V3: 256
+// of 2048) in 8 groups of which 4 are eligible, top-6, one shared expert, layer 0 dense (5248);
+// 4 layers, vocab 32000.
+testing::SyntheticCheckpointSpec bench_spec(const std::string &shape) {
   testing::SyntheticCheckpointSpec spec;
-  spec.architecture = "MixtralForCausalLM";
   spec.vocab = 32000;
+  spec.dtype = "F16";
+  spec.seed = 7;
+  if (shape == "deepseek") {
+    spec.architecture = "DeepseekV3ForCausalLM";
+    spec.hidden = 2048;
+    spec.layers = 4;
+    spec.heads = spec.kv_heads = 16;
+    spec.q_lora = 448;
+    spec.kv_lora = 160;
+    spec.qk_nope = 128;
+    spec.qk_rope = 64;
+    spec.v_head = 128;
+    spec.experts = 64;
+    spec.top_k = 6;
+    spec.expert_ffn = 512;
+    spec.dense_ffn = 5248;
+    spec.first_dense = 1;
+    spec.shared_experts = 1;
+    spec.groups = 8;
+    spec.topk_groups = 4;
+    return spec;
+  }
+  spec.architecture = "MixtralForCausalLM";
   spec.hidden = 1024;
   spec.layers = 8;
   spec.heads = 16;
@@ -117,10 +151,14 @@ std::string make_image(const std::string &dir, const std::string &dtype) {
   spec.experts = 8;
   spec.top_k = 2;
   spec.expert_ffn = 2816;
-  spec.dtype = "F16";
-  spec.seed = 7;
-  std::string hf = dir + "/bench-hf";
-  std::string image = dir + "/bench-" + dtype + ".colibri";
+  return spec;
+}
+
+std::string make_image(const std::string &dir, const std::string &dtype, const std::string &shape) {
+  const testing::SyntheticCheckpointSpec spec = bench_spec(shape);
+  const std::string prefix = shape == "deepseek" ? "/deepseek-" : "/bench-";
+  std::string hf = dir + prefix + "hf";
+  std::string image = dir + prefix + dtype + ".colibri";
   std::printf("writing the benchmark checkpoint to %s ...\n", hf.c_str());
   if (Error e = testing::write_synthetic_checkpoint(hf, spec)) {
     std::fprintf(stderr, "engine_bench: %s\n", e.message.c_str());
@@ -373,6 +411,7 @@ int main(int argc, char **argv) {
   util::NumaPolicy numa;
   bool open_only = false;
   int moe_vs_read_rounds = 0, interleave_pairs = 30;
+  std::string shape = "mixtral";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -385,6 +424,7 @@ int main(int argc, char **argv) {
     if (a == "--model") model_path = value();
     else if (a == "--make") make_dir = value();
     else if (a == "--dtype") dtype = value();
+    else if (a == "--shape") shape = value();
     else if (a == "--threads") threads = std::strtoull(value().c_str(), nullptr, 10);
     else if (a == "--reps") reps = std::max(3, std::atoi(value().c_str()));
     else if (a == "--decode-only") run_prefill = false;
@@ -407,7 +447,8 @@ int main(int argc, char **argv) {
         return 2;
       }
     } else {
-      std::fprintf(stderr, "usage: engine_bench (--model IMAGE | --make DIR [--dtype f16|q8]) [--threads N] [--reps N] "
+      std::fprintf(stderr, "usage: engine_bench (--model IMAGE | --make DIR [--dtype f16|q8|q4] [--shape mixtral|deepseek]) "
+                           "[--threads N] [--reps N] "
                            "[--isa avx512|avx2|scalar] [--decode-only | --prefill-only | --moe-vs-read ROUNDS] [--interleave PAIRS] "
                            "[--load-into-memory] [--numa off|bind:N|interleave] [--open-only]\n");
       return 2;
@@ -417,7 +458,7 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "engine_bench: give --model IMAGE or --make DIR\n");
     return 2;
   }
-  if (model_path.empty()) model_path = make_image(make_dir, dtype);
+  if (model_path.empty()) model_path = make_image(make_dir, dtype, shape);
 
   Error err;
   model::LoadOptions lo;

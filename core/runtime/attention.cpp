@@ -258,6 +258,7 @@ void Session::per_head_matmul(const model::WeightMatrix &m, const float *x, size
   Buffers &b = *buffers_;
   const size_t cols = m.cols, gather = b.mla_gather.size() / pool_->thread_count();
   const bool decode = count <= kernels::decode_driver_max_tokens(kernels_->isa, m.dtype);
+  stats_.weight_bytes_read += m.count * m.matrix_bytes;
   pool_->parallel_for(m.count, [&](size_t h, size_t thread) {
     float *in = &b.mla_gather[thread * gather];
     for (size_t t = 0; t < count; ++t) std::memcpy(in + t * cols, x + t * x_stride + h * x_head, cols * sizeof(float));

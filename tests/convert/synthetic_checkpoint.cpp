@@ -38,7 +38,10 @@ bool is_qwen(const std::string &architecture) {
 
 uint64_t head_dim_of(const SyntheticCheckpointSpec &s) { return s.head_dim ? s.head_dim : s.hidden / s.heads; }
 
+bool is_deepseek(const SyntheticCheckpointSpec &s) { return s.architecture == "DeepseekV3ForCausalLM"; }
+
 bool layer_is_dense(const SyntheticCheckpointSpec &s, uint64_t layer) {
+  if (is_deepseek(s)) return layer < s.first_dense;
   return is_qwen(s.architecture) &&
          std::find(s.mlp_only_layers.begin(), s.mlp_only_layers.end(), layer) != s.mlp_only_layers.end();
 }
@@ -71,10 +74,26 @@ std::vector<SafetensorsEntry> synthetic_tensors(const SyntheticCheckpointSpec &s
     const std::string p = "model.layers." + std::to_string(i) + ".";
     t.push_back({p + "input_layernorm.weight", dt, {h}});
     t.push_back({p + "post_attention_layernorm.weight", dt, {h}});
-    t.push_back({p + "self_attn.q_proj.weight", dt, {q, h}});
-    t.push_back({p + "self_attn.k_proj.weight", dt, {kv, h}});
-    t.push_back({p + "self_attn.v_proj.weight", dt, {kv, h}});
-    t.push_back({p + "self_attn.o_proj.weight", dt, {h, q}});
+    if (is_deepseek(s)) {  // transformers DeepseekV3Attention
+      const std::string a = p + "self_attn.";
+      const uint64_t qh = s.heads * (s.qk_nope + s.qk_rope);
+      if (s.q_lora) {
+        t.push_back({a + "q_a_proj.weight", dt, {s.q_lora, h}});
+        t.push_back({a + "q_a_layernorm.weight", dt, {s.q_lora}});
+        t.push_back({a + "q_b_proj.weight", dt, {qh, s.q_lora}});
+      } else {
+        t.push_back({a + "q_proj.weight", dt, {qh, h}});
+      }
+      t.push_back({a + "kv_a_proj_with_mqa.weight", dt, {s.kv_lora + s.qk_rope, h}});
+      t.push_back({a + "kv_a_layernorm.weight", dt, {s.kv_lora}});
+      t.push_back({a + "kv_b_proj.weight", dt, {s.heads * (s.qk_nope + s.v_head), s.kv_lora}});
+      t.push_back({a + "o_proj.weight", dt, {h, s.heads * s.v_head}});
+    } else {
+      t.push_back({p + "self_attn.q_proj.weight", dt, {q, h}});
+      t.push_back({p + "self_attn.k_proj.weight", dt, {kv, h}});
+      t.push_back({p + "self_attn.v_proj.weight", dt, {kv, h}});
+      t.push_back({p + "self_attn.o_proj.weight", dt, {h, q}});
+    }
     if (s.architecture == "Qwen2MoeForCausalLM") {
       t.push_back({p + "self_attn.q_proj.bias", dt, {q}});
       t.push_back({p + "self_attn.k_proj.bias", dt, {kv}});
@@ -96,6 +115,13 @@ std::vector<SafetensorsEntry> synthetic_tensors(const SyntheticCheckpointSpec &s
     }
     const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
     t.push_back({moe + "gate.weight", dt, {s.experts, h}});
+    if (is_deepseek(s)) {
+      t.push_back({moe + "gate.e_score_correction_bias", "F32", {s.experts}});
+      const uint64_t shared = s.shared_experts * s.expert_ffn;
+      t.push_back({moe + "shared_experts.gate_proj.weight", dt, {shared, h}});
+      t.push_back({moe + "shared_experts.up_proj.weight", dt, {shared, h}});
+      t.push_back({moe + "shared_experts.down_proj.weight", dt, {h, shared}});
+    }
     for (uint64_t e = 0; e < s.experts; ++e) {
       const std::string x = moe + "experts." + std::to_string(e) + ".";
       t.push_back({x + (mixtral ? "w1" : "gate_proj") + ".weight", dt, {s.expert_ffn, h}});
@@ -145,6 +171,15 @@ json synthetic_config(const SyntheticCheckpointSpec &s) {
               {"decoder_sparse_step", 1}, {"mlp_only_layers", s.mlp_only_layers}, {"attention_bias", false},
               {"use_sliding_window", false}, {"sliding_window", nullptr}, {"rms_norm_eps", 1e-6},
               {"rope_theta", 1e6}, {"rope_scaling", nullptr}});
+  } else if (a == "DeepseekV3ForCausalLM") {
+    c.update({{"model_type", "deepseek_v3"}, {"n_routed_experts", s.experts}, {"moe_intermediate_size", s.expert_ffn},
+              {"intermediate_size", s.dense_ffn}, {"n_shared_experts", s.shared_experts},
+              {"first_k_dense_replace", s.first_dense}, {"n_group", s.groups}, {"topk_group", s.topk_groups},
+              {"routed_scaling_factor", 2.5}, {"norm_topk_prob", true},
+              {"q_lora_rank", s.q_lora ? json(s.q_lora) : json(nullptr)}, {"kv_lora_rank", s.kv_lora},
+              {"qk_nope_head_dim", s.qk_nope}, {"qk_rope_head_dim", s.qk_rope}, {"v_head_dim", s.v_head},
+              {"rope_interleave", true}, {"attention_bias", false}, {"rms_norm_eps", 1e-6},
+              {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}});
   } else {
     c.update({{"model_type", "olmoe"}, {"num_experts", s.experts}, {"intermediate_size", s.expert_ffn},
               {"norm_topk_prob", false}, {"clip_qkv", 8.0}, {"attention_bias", false}, {"rms_norm_eps", 1e-5},

@@ -21,7 +21,7 @@
 namespace colibri::testing {
 
 struct SyntheticCheckpointSpec {
-  std::string architecture = "MixtralForCausalLM";  // or Qwen2Moe / Qwen3Moe / OlmoeForCausalLM
+  std::string architecture = "MixtralForCausalLM";  // or Qwen2Moe / Qwen3Moe / Olmoe / DeepseekV3ForCausalLM
   uint64_t vocab = 64;
   uint64_t hidden = 32;
   uint64_t layers = 2;
@@ -34,6 +34,11 @@ struct SyntheticCheckpointSpec {
   uint64_t dense_ffn = 24;      // Qwen dense layers (mlp_only_layers)
   uint64_t shared_ffn = 16;     // Qwen2-MoE shared expert
   std::vector<uint64_t> mlp_only_layers;
+  // DeepseekV3ForCausalLM (multi-head latent attention; q_lora 0: a direct q_proj), its first
+  // `first_dense` layers dense (dense_ffn), `shared_experts` × expert_ffn of shared expert, and
+  // the routers' `groups` / `topk_groups`.
+  uint64_t q_lora = 0, kv_lora = 32, qk_nope = 16, qk_rope = 8, v_head = 16;
+  uint64_t first_dense = 1, shared_experts = 1, groups = 1, topk_groups = 1;
   bool tie_embeddings = false;
   std::string dtype = "F32";    // safetensors dtype of every tensor: F32, F16 or BF16
   size_t shards = 1;            // > 1: model-0000i-of-0000n.safetensors + index
