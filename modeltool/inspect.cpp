@@ -115,6 +115,7 @@ struct Summary {
   bool has_model = false;
   std::string attention;
   uint64_t kv_values_per_position = 0, expanded_kv_values_per_position = 0, layers = 0, mtp_layers = 0;
+  uint64_t mtp_tensors = 0, mtp_bytes = 0;  // tensors named mtp.<j>.* and their bytes
 };
 
 Summary summarize(const image::Image &img) {
@@ -141,6 +142,10 @@ Summary summarize(const image::Image &img) {
     c.elements += t.element_count();
     uint64_t layer;
     std::string role;
+    if (model::names::parse_mtp_tensor(t.name, &layer, &role)) {
+      s.mtp_tensors += 1;
+      s.mtp_bytes += t.size;
+    }
     if (model::names::parse_layer_tensor(t.name, &layer, &role) &&
         (role == model::names::kExpertsGate || role == model::names::kExpertsUp || role == model::names::kExpertsDown))
       s.expert_bytes_per_layer[layer] += t.size;
@@ -193,8 +198,11 @@ void print_text(const image::Image &img, const Summary &s) {
       std::printf("; expanded keys and values would take %s", util::human_bytes(s.layers * s.expanded_kv_values_per_position * 4).c_str());
     std::printf("\n");
     if (s.mtp_layers)
-      std::printf("mtp layers      %llu multi-token-prediction layer%s in the checkpoint: not in the image, never run\n",
-                  static_cast<unsigned long long>(s.mtp_layers), s.mtp_layers == 1 ? "" : "s");
+      std::printf("mtp layers      %llu multi-token-prediction layer%s: %llu tensor%s kept as mtp.<j>.* (%s), never run "
+                  "by the forward pass\n",
+                  static_cast<unsigned long long>(s.mtp_layers), s.mtp_layers == 1 ? "" : "s",
+                  static_cast<unsigned long long>(s.mtp_tensors), s.mtp_tensors == 1 ? "" : "s",
+                  util::human_bytes(s.mtp_bytes).c_str());
   }
 
   const std::string meta_text = metadata_text(img.metadata());
@@ -267,7 +275,9 @@ nlohmann::json to_json(const image::Image &img, const Summary &s) {
                      {"values_per_position_and_layer", s.kv_values_per_position},
                      {"bytes_per_token_f32", s.layers * s.kv_values_per_position * 4},
                      {"expanded_bytes_per_token_f32", s.layers * s.expanded_kv_values_per_position * 4},
-                     {"mtp_layers_not_in_image", s.mtp_layers}};
+                     {"mtp_layers", s.mtp_layers},
+                     {"mtp_tensors", s.mtp_tensors},
+                     {"mtp_bytes", s.mtp_bytes}};
   return j;
 }
 

@@ -481,7 +481,8 @@ typedef struct colibri_model_info {
                                        (an f16 cache: half): 2 x kv_heads x head_dim x 4 per
                                        layer, or (mla) (kv_lora_rank + head_dim) x 4 */
   uint64_t mtp_layer_count;         /* multi-token-prediction layers of the checkpoint (GLM-4.5,
-                                       DeepSeek-V3): not in the image, never run */
+                                       DeepSeek-V3): their tensors are kept in the image as
+                                       mtp.<j>.* (colibri_model_tensor_info), never run */
   uint32_t rope_interleave;         /* 1: RoPE pairs are neighbours (x0, x1), (x2, x3), ... */
 } colibri_model_info;
 

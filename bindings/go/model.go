@@ -295,7 +295,7 @@ type ModelInfo struct {
 	RopeInterleave       bool
 	AttentionScale       float64 // the softmax scale of the scores
 	KVCacheBytesPerToken uint64  // one position of an f32 KV cache, all layers (f16: half)
-	MTPLayerCount        int     // multi-token-prediction layers of the checkpoint (not in the image)
+	MTPLayerCount        int     // multi-token-prediction layers of the checkpoint (kept as mtp.<j>.* tensors, never run)
 
 	WeightDType     DType
 	WeightGroupSize int

@@ -111,8 +111,8 @@ struct ModelConfig {
   uint64_t dense_ffn_size = 0;           // intermediate size of dense (non-MoE) layers
   std::vector<uint8_t> layer_is_moe;     // per layer: 1 = MoE FFN, 0 = dense FFN
   // Multi-token-prediction layers the checkpoint holds after the last layer (GLM-4.5's
-  // num_nextn_predict_layers). Informational: the converter leaves them out of the image and
-  // the forward pass never runs them.
+  // num_nextn_predict_layers, DeepSeek-V3's). The converter keeps their tensors as mtp.<j>.*
+  // (tensor_names.h); the forward pass never runs them.
   uint64_t mtp_layer_count = 0;
 
   bool mla() const { return attention == "mla"; }

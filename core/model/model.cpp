@@ -244,11 +244,16 @@ Error Model::bind() {
     }
   }
   if (b.error) return b.error;
-  for (const auto &t : image_->tensors())
+  for (const auto &t : image_->tensors()) {
+    uint64_t mtp_layer = 0;
+    std::string suffix;
+    // A multi-token-prediction layer's tensors are kept for a speculative decoder, never bound.
+    if (names::parse_mtp_tensor(t.name, &mtp_layer, &suffix) && mtp_layer < c.mtp_layer_count) continue;
     if (!b.used.count(t.name))
       return make_error(ErrorKind::Corrupt, strprintf("'%s': tensor '%s' is not used by a %s model with this "
                                                       "configuration; the image and its metadata disagree",
                                                       image_->path().c_str(), t.name.c_str(), c.family.c_str()));
+  }
   return check_header_fields(*image_, c);
 }
 

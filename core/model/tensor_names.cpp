@@ -68,9 +68,35 @@ bool tensor_class_from_name(const std::string &name, TensorClass *out) {
   return false;
 }
 
+bool parse_mtp_tensor(const std::string &name, uint64_t *j, std::string *suffix) {
+  const size_t n = std::char_traits<char>::length(kMtpPrefix);
+  if (name.compare(0, n, kMtpPrefix) != 0) return false;
+  const size_t dot = name.find('.', n);
+  if (dot == std::string::npos || dot == n || dot - n > 6 || dot + 1 >= name.size()) return false;
+  for (size_t i = n; i < dot; ++i)
+    if (name[i] < '0' || name[i] > '9') return false;
+  *j = std::stoull(name.substr(n, dot - n));
+  *suffix = name.substr(dot + 1);
+  return true;
+}
+
 TensorClass tensor_class(const std::string &name, uint32_t rank) {
   uint64_t layer;
   std::string role;
+  if (parse_mtp_tensor(name, &layer, &role)) {
+    // A multi-token-prediction layer's tensors take the class of what they are in a layer: the
+    // router stays f32 as every router; eh_proj and the dense FFN are dense_ffn, its embedding
+    // and head (shared_head.head) embeddings and output.
+    auto has = [&](const char *part) { return role.find(part) != std::string::npos; };
+    if (rank < 2 || role.ends_with("_bias") || role.ends_with("e_score_correction_bias")) return TensorClass::Vectors;
+    if (role == "mlp.gate.weight") return TensorClass::Router;
+    if (has("embed_tokens")) return TensorClass::Embeddings;
+    if (has("shared_head.head")) return TensorClass::Output;
+    if (has("self_attn.")) return TensorClass::Attention;
+    if (has("shared_experts.")) return TensorClass::SharedExpert;
+    if (has("experts.")) return TensorClass::Experts;
+    return TensorClass::DenseFfn;
+  }
   const bool per_layer = parse_layer_tensor(name, &layer, &role);
   if (per_layer && (role == kRouter || role == kSharedExpertGate)) return TensorClass::Router;
   // Biases are vectors whatever their rank (the experts' biases are [experts, rows]).

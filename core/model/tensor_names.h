@@ -63,6 +63,16 @@ inline std::string layer_tensor(uint64_t layer, const char *role) {
   return "blk." + std::to_string(layer) + "." + role;
 }
 
+// Multi-token-prediction layers (ModelConfig::mtp_layer_count) are kept as the checkpoint has
+// them: "mtp.<j>.<suffix>", suffix the Hugging Face name after "model.layers.<L + j>." (e.g.
+// mtp.0.eh_proj.weight, mtp.0.mlp.experts.3.gate_proj.weight). The forward pass never binds them.
+inline constexpr const char *kMtpPrefix = "mtp.";
+inline std::string mtp_tensor(uint64_t j, const std::string &suffix) {
+  return kMtpPrefix + std::to_string(j) + "." + suffix;
+}
+// Parses "mtp.<j>.<suffix>"; false for any other name.
+bool parse_mtp_tensor(const std::string &name, uint64_t *j, std::string *suffix);
+
 // Parses "blk.<n>.<role>"; false for global tensors.
 bool parse_layer_tensor(const std::string &name, uint64_t *layer, std::string *role);
 

@@ -177,18 +177,21 @@ std::vector<Wanted> wanted_tensors(const FamilyInfo &family, const model::ModelC
 bool ignorable(const std::string &name, const model::ModelConfig &c) {
   if (name.ends_with(".rotary_emb.inv_freq")) return true;  // recomputed from rope_theta (old checkpoints)
   if (c.tie_word_embeddings && name == "lm_head.weight") return true;  // transformers ties it to embed_tokens
-  // Multi-token-prediction layers (model.layers.<L..L+mtp-1>.*): the forward pass never runs them.
-  uint64_t layer = 0;
-  const std::string prefix = "model.layers.";
-  if (c.mtp_layer_count > 0 && name.starts_with(prefix)) {
-    const size_t dot = name.find('.', prefix.size());
-    const std::string digits = name.substr(prefix.size(), dot == std::string::npos ? 0 : dot - prefix.size());
-    if (!digits.empty() && digits.size() < 6 && digits.find_first_not_of("0123456789") == std::string::npos) {
-      layer = std::stoull(digits);
-      return layer >= c.layer_count && layer - c.layer_count < c.mtp_layer_count;
-    }
-  }
   return false;
+}
+
+// A tensor of a multi-token-prediction layer (model.layers.<L + j>.<suffix>, j < mtp_layer_count):
+// its image name, mtp.<j>.<suffix> (model::names::kMtpPrefix); empty for any other tensor.
+std::string mtp_image_name(const std::string &name, const model::ModelConfig &c) {
+  const std::string prefix = "model.layers.";
+  if (c.mtp_layer_count == 0 || !name.starts_with(prefix)) return {};
+  const size_t dot = name.find('.', prefix.size());
+  if (dot == std::string::npos) return {};
+  const std::string digits = name.substr(prefix.size(), dot - prefix.size());
+  if (digits.empty() || digits.size() >= 6 || digits.find_first_not_of("0123456789") != std::string::npos) return {};
+  const uint64_t layer = std::stoull(digits);
+  if (layer < c.layer_count || layer - c.layer_count >= c.mtp_layer_count) return {};
+  return names::mtp_tensor(layer - c.layer_count, name.substr(dot + 1));
 }
 
 // "'a', 'b', 'c' and 4 more" (items come quoted)
@@ -235,6 +238,22 @@ Error plan_tensors(const FamilyInfo &family, const model::ModelConfig &config, c
                                 static_cast<unsigned long long>(config.layer_count),
                                 static_cast<unsigned long long>(config.expert_count), checkpoint.tensors().size()));
   std::vector<Wanted> wanted = wanted_tensors(family, config, checkpoint);
+  // Multi-token-prediction layers (GLM-4.5's and DeepSeek-V3's num_nextn_predict_layers) go into
+  // the image as they are, under mtp.<j>.<checkpoint suffix>, after every other tensor and sorted
+  // by name (the same image for any sharding): a speculative decoder can read them; the forward
+  // pass never runs them. An FP8 weight's scale tensor comes along with its weight.
+  std::vector<const SafetensorsTensor *> mtp;
+  for (const SafetensorsTensor &t : checkpoint.tensors()) {
+    if (mtp_image_name(t.name, config).empty()) continue;
+    if (t.name.ends_with("_scale_inv")) {
+      const SafetensorsTensor *weight = checkpoint.find(t.name.substr(0, t.name.size() - 10));
+      if (weight && weight->dtype == "F8_E4M3") continue;
+    }
+    mtp.push_back(&t);
+  }
+  std::sort(mtp.begin(), mtp.end(), [](const SafetensorsTensor *a, const SafetensorsTensor *b) { return a->name < b->name; });
+  for (const SafetensorsTensor *t : mtp)
+    wanted.push_back({mtp_image_name(t->name, config), t->shape, {t->name}, t->shape, SourceSlice{}, {}, {}});
 
   std::vector<std::string> missing;
   for (const Wanted &w : wanted)

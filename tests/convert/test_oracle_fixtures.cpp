@@ -14,6 +14,7 @@
 #include "convert/expected_mapping.h"
 #include "convert/safetensors_writer.h"
 #include "model/config.h"
+#include "model/model.h"
 #include "model/tensor_names.h"
 #include "modeltool/convert/families.h"
 #include "modeltool/convert/safetensors.h"
@@ -277,7 +278,7 @@ TEST_CASE("every oracle fixture also converts to f16, bf16 and q8 images that ve
   }
 }
 
-TEST_CASE("GLM-4.5's multi-token-prediction layer tensors are left out of the image, and said so", "[convert][oracle]") {
+TEST_CASE("GLM-4.5's multi-token-prediction layer tensors are kept in the image as mtp.<j>.*, never bound", "[convert][oracle]") {
   // The glm4_moe_groups fixture (num_nextn_predict_layers 1, 3 layers) plus two tensors of an
   // MTP layer 3, as the hub checkpoints carry them; a layer 4 tensor stays unexpected.
   testing::ScopedTempDir tmp("oracle-mtp");
@@ -303,9 +304,20 @@ TEST_CASE("GLM-4.5's multi-token-prediction layer tensors are left out of the im
   REQUIRE_FALSE(testing::convert(tmp / "mtp", tmp / "mtp.colibri"));
   REQUIRE_FALSE(testing::convert(source, tmp / "plain.colibri"));
   auto with_mtp = testing::open_image(tmp / "mtp.colibri"), plain = testing::open_image(tmp / "plain.colibri");
-  CHECK(with_mtp->tensors().size() == plain->tensors().size());
+  REQUIRE(with_mtp->tensors().size() == plain->tensors().size() + 2);
   CHECK(with_mtp->metadata()["model"]["mtp_layer_count"] == 1);
   CHECK(with_mtp->metadata()["model"] == plain->metadata()["model"]);
+  // After every other tensor, sorted by name, stored like any vector (f32), checksummed.
+  const size_t n = plain->tensors().size();
+  CHECK(with_mtp->tensors()[n].name == "mtp.0.enorm.weight");
+  CHECK(with_mtp->tensors()[n + 1].name == "mtp.0.hnorm.weight");
+  CHECK(with_mtp->tensors()[n].dtype == image::DType::F32);
+  CHECK_FALSE(with_mtp->verify_all(1));
+  // The model binds without them (a speculative decoder's) and computes what the plain image does.
+  Error load_error;
+  auto model = model::Model::from_image(testing::open_image(tmp / "mtp.colibri"), &load_error);
+  INFO(load_error.message);
+  CHECK(model);
 
   REQUIRE_FALSE(write_with(tmp / "beyond", {"model.layers.4.enorm.weight"}));
   Error e = testing::convert(tmp / "beyond", tmp / "beyond.colibri");
@@ -508,11 +520,26 @@ size_t write_fp8_pair(const std::string &fp8_dir, const std::string &f32_dir) {
   std::vector<testing::SafetensorsEntry> fp8_entries, f32_entries;
   std::vector<std::vector<unsigned char>> fp8_data, f32_data;
   size_t quantised = 0;
+  // The fixture's tensors, plus two of a multi-token-prediction layer 3 (num_nextn_predict_layers
+  // 1), as DeepSeek's checkpoints carry it: an FP8 eh_proj with its scales, and a norm.
+  struct Source {
+    std::string name;
+    std::vector<uint64_t> shape;
+    std::vector<float> values;
+  };
+  std::vector<Source> sources;
   for (const auto &t : checkpoint.tensors()) {
     REQUIRE(t.dtype == "F32");
     const float *v = reinterpret_cast<const float *>(checkpoint.data(t));
+    sources.push_back({t.name, t.shape, std::vector<float>(v, v + t.byte_size() / 4)});
+  }
+  sources.push_back({"model.layers.3.eh_proj.weight", {64, 128}, std::vector<float>(64 * 128)});
+  sources.push_back({"model.layers.3.enorm.weight", {64}, std::vector<float>(64, 1.0f)});
+  for (size_t i = 0; i < 64 * 128; ++i) sources[sources.size() - 2].values[i] = std::sin(0.37f * static_cast<float>(i));
+  for (const Source &t : sources) {
+    const float *v = t.values.data();
     const bool q = t.shape.size() == 2 && t.name.ends_with("_proj.weight") && t.name.find("embed") == std::string::npos;
-    std::vector<unsigned char> raw(reinterpret_cast<const unsigned char *>(v), reinterpret_cast<const unsigned char *>(v) + t.byte_size());
+    std::vector<unsigned char> raw(reinterpret_cast<const unsigned char *>(v), reinterpret_cast<const unsigned char *>(v + t.values.size()));
     if (!q) {
       fp8_entries.push_back({t.name, "F32", t.shape});
       fp8_data.push_back(raw);
@@ -600,6 +627,12 @@ TEST_CASE("a block-scaled FP8 checkpoint (DeepSeek's format) converts to exactly
     CHECK(x->metadata()["model"] == y->metadata()["model"]);
     CHECK(x->metadata()["provenance"]["source_dtypes"] == json({"f32", "fp8_e4m3"}));
   }
+  // The MTP layer's tensors are in the image (its FP8 weight decoded like the others, its scale
+  // consumed), after the model's.
+  auto fp8_image = testing::open_image(tmp / "fp8-f32.colibri");
+  CHECK(fp8_image->find("mtp.0.eh_proj.weight") != nullptr);
+  CHECK(fp8_image->find("mtp.0.enorm.weight") != nullptr);
+  CHECK(fp8_image->find("mtp.0.eh_proj.weight_scale_inv") == nullptr);
   // The default dtype is the checkpoint's float tensors' (here f32), not something from FP8.
   REQUIRE_FALSE(testing::convert(tmp / "fp8", tmp / "default.colibri"));
   CHECK(testing::open_image(tmp / "default.colibri")->find("blk.0.attn_q_a")->dtype == image::DType::F32);

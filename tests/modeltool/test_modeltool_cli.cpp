@@ -140,14 +140,15 @@ TEST_CASE("inspect reports the KV cache per token and the checkpoint's MTP layer
   // 3 layers × (64 latent + 16 rope key) × 4 bytes; expanded: 4 heads × (32 + 16 + 32) values.
   CHECK_THAT(text.out, Contains("mla attention: 80 values per position and layer, 960 B per token in f32") &&
                            Contains("expanded keys and values would take 3.75 KiB") &&
-                           Contains("1 multi-token-prediction layer in the checkpoint: not in the image, never run"));
+                           Contains("1 multi-token-prediction layer: 0 tensors kept as mtp.<j>.*"));
   Run js = run_tool("inspect --json " + path);
   REQUIRE(js.exit_code == 0);
   auto j = nlohmann::json::parse(js.out);
   CHECK(j["kv_cache"]["attention"] == "mla");
   CHECK(j["kv_cache"]["bytes_per_token_f32"] == 3 * 80 * 4);
   CHECK(j["kv_cache"]["expanded_bytes_per_token_f32"] == 3 * 4 * 80 * 4);
-  CHECK(j["kv_cache"]["mtp_layers_not_in_image"] == 1);
+  CHECK(j["kv_cache"]["mtp_layers"] == 1);
+  CHECK(j["kv_cache"]["mtp_tensors"] == 0);  // transformers neither builds nor saves them
 }
 
 namespace {

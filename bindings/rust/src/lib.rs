@@ -686,7 +686,7 @@ pub struct ModelInfo {
     pub attention_scale: f64,
     /// One position of an f32 KV cache over all layers (an f16 cache: half).
     pub kv_cache_bytes_per_token: u64,
-    /// Multi-token-prediction layers of the checkpoint (not in the image, never run).
+    /// Multi-token-prediction layers of the checkpoint (kept as mtp.<j>.* tensors, never run).
     pub mtp_layer_count: usize,
     pub weight_dtype: Option<DType>,
     pub weight_group_size: u32,
