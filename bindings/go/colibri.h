@@ -562,7 +562,8 @@ typedef struct colibri_chat_options {
   const char *template_text;      /* NULL (default): the model's template; else a Jinja
                                      template to use instead (borrowed for the call) */
   const char *const *variable_names;  /* extra template variables, e.g. "enable_thinking" */
-  const char *const *variable_values; /* their values as JSON text: "false", "\"text\"", "[...]" */
+  const char *const *variable_values; /* their values as JSON text: "false", "\"text\"", "[...]";
+                                         objects keep their key order (tojson prints it) */
   size_t variable_count;              /* entries of both arrays. Default 0 */
 } colibri_chat_options;
 
@@ -575,7 +576,7 @@ COLIBRI_API int32_t colibri_chat_options_init(colibri_chat_options *options, siz
  * and with COLIBRI_TOKENIZE_PARSE_SPECIAL, so that its special-token text becomes special tokens.
  * The template sees messages, add_generation_prompt, bos_token, eos_token and the extra
  * variables. options may be NULL. Errors: INVALID_ARGUMENT (NULL role/content, a variable value
- * that is not JSON, a raise_exception in the template: the message is its text, a syntax error
+ * that is not JSON or has an object of more than 4096 keys, a raise_exception in the template: the message is its text, a syntax error
  * in template_text), BUFFER_TOO_SMALL, UNSUPPORTED (no template, one using Jinja this build
  * does not implement, or one past a parser or render limit: nesting depth, output size, loop
  * iterations, ... (docs/reliability.md); the message names the template, the construct or

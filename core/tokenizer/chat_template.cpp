@@ -51,21 +51,23 @@ std::unique_ptr<ChatTemplate> ChatTemplate::parse(std::string_view source, const
 
 namespace {
 
-jinja::Value from_json(const nlohmann::json &j) {
+// Objects keep the order of their keys in the text, as a Python dict from json.loads does:
+// tojson prints them in that order (a tools list reaches the prompt as the caller wrote it).
+jinja::Value from_json(const nlohmann::ordered_json &j) {
   using jinja::Value;
   switch (j.type()) {
-    case nlohmann::json::value_t::null: return Value::none();
-    case nlohmann::json::value_t::boolean: return Value::from_bool(j.get<bool>());
-    case nlohmann::json::value_t::number_integer:
-    case nlohmann::json::value_t::number_unsigned: return Value::from_int(j.get<int64_t>());
-    case nlohmann::json::value_t::number_float: return Value::from_float(j.get<double>());
-    case nlohmann::json::value_t::string: return Value::from_string(j.get<std::string>());
-    case nlohmann::json::value_t::array: {
+    case nlohmann::ordered_json::value_t::null: return Value::none();
+    case nlohmann::ordered_json::value_t::boolean: return Value::from_bool(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+    case nlohmann::ordered_json::value_t::number_unsigned: return Value::from_int(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_float: return Value::from_float(j.get<double>());
+    case nlohmann::ordered_json::value_t::string: return Value::from_string(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
       jinja::ListItems items;
       for (const auto &item : j) items.push_back(from_json(item));
       return Value::from_list(std::move(items));
     }
-    case nlohmann::json::value_t::object: {
+    case nlohmann::ordered_json::value_t::object: {
       jinja::DictItems items;
       for (auto it = j.begin(); it != j.end(); ++it) items.emplace_back(it.key(), from_json(it.value()));
       return Value::from_dict(std::move(items));
@@ -102,7 +104,7 @@ Error ChatTemplate::render(const std::vector<ChatMessage> &messages, bool add_ge
     if (!eos_token.empty()) globals.emplace_back("eos_token", Value::from_string(std::string(eos_token)));
     for (const ChatVariable &variable : extra_variables) {
       // Values nest no deeper than the renderer allows (from_json recurses once per level).
-      nlohmann::json parsed;
+      nlohmann::ordered_json parsed;
       const std::string what = impl_->name + ": variable \"" + variable.name + "\"";
       if (Error e = util::parse_json(variable.json_value, what, &parsed, impl_->limits.max_nesting_depth))
         return make_error(ErrorKind::InvalidArgument, e.message);

@@ -11,6 +11,11 @@
 //                tuple targets (`for k, v in d.items()`), loop.index/index0/revindex/
 //                revindex0/first/last/length/previtem/nextitem, {% break %}/{% continue %},
 //                {% set x = ... %}, {% set ns.attr = ... %}, {% set x %}...{% endset %},
+//                {% macro name(a, b=default) %}...{% endmacro %} at the top level or in an
+//                {% if %} there (GLM-4.5's and MiniMax-M2's templates), called as name(...):
+//                its own scope, the template's top-level variables as they are at the call,
+//                not the caller's loop variables; the call's value is what the body renders;
+//                calls nest at most 8 deep,
 //                comments, whitespace control ({%- -%} {{- -}} {#- -#} {%+ +%})
 //   expressions  literals (strings, ints, floats, true/false/none, lists, tuples, dicts),
 //                . and [] access, slices [a:b:c], if/else, or/and/not, == != < <= > >=,
@@ -19,11 +24,12 @@
 //                lower replace reverse safe string title tojson trim upper
 //   tests        defined undefined none string number integer float boolean true false
 //                mapping sequence iterable even odd divisibleby eq equalto ne lower upper
-//   functions    raise_exception(msg), range(), namespace(...), dict(...)
+//   functions    raise_exception(msg), range(), namespace(...), dict(...), the template's macros
 //   methods      str: strip lstrip rstrip split startswith endswith upper lower title
 //                capitalize replace; dict: items keys values get
-// Anything else ({% macro %}, {% include %}, {% generation %}, strftime_now(), unknown
-// filters, ...) is refused by parse() with a message naming it and its line.
+// Anything else ({% call %}, a macro inside a loop, {% include %}, {% generation %},
+// strftime_now(), unknown filters, ...) is refused by parse() with a message naming it and its
+// line. A macro's varargs / kwargs / caller are not provided (they are undefined).
 //
 // Known differences from Python (none matter for the supported families' templates): tuples
 // print as lists ("[1, 2]" not "(1, 2)"); upper/lower/title use single-code-point case

@@ -60,6 +60,7 @@ struct Stmt {
     For,       // for targets in expr [if filter] body [else else_body]
     Set,       // set targets[0] (or set_object.set_attribute) = expr
     SetBlock,  // set targets[0] %} body {% endset
+    Macro,     // macro targets[0](params...) %} body {% endmacro
     Break,
     Continue,
   };
@@ -73,6 +74,7 @@ struct Stmt {
   Body else_body;
   std::vector<std::string> targets;
   std::string set_attribute;  // non-empty: `set targets[0].set_attribute = expr`
+  std::vector<std::pair<std::string, ExprPtr>> params;  // Macro: name and default (null: none)
 };
 
 }  // namespace colibri::tokenizer::jinja

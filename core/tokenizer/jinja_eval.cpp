@@ -13,12 +13,19 @@
 #include <functional>
 #include <utf8proc.h>
 
+#include "tokenizer/jinja_parse.h"
 #include "tokenizer/utf8.h"
 #include "util/strings.h"
 
 namespace colibri::tokenizer::jinja {
 
 namespace {
+
+// Macro calls nested in each other (a macro that calls itself would otherwise recurse until
+// the stack ends; Jinja stops at Python's recursion limit). Real templates nest two. Each
+// level can hold a whole parse tree's depth of recursion (max_nesting_depth blocks and
+// expressions), so this stays small.
+constexpr uint64_t kMaxMacroCallDepth = 8;
 
 // range() makes a list of at most this many integers.
 constexpr int64_t kMaxRangeItems = 100000;
@@ -365,6 +372,17 @@ class Renderer {
         assign(stmt.targets[0], Value::from_string(std::move(captured)));
         return {};
       }
+      case Stmt::Kind::Macro:
+        // Defined where it runs (the top level or an {% if %} there: the parser allows no other
+        // place); a later definition of the same name replaces it, as a Jinja assignment does.
+        for (auto &[name, definition] : macros_) {
+          if (name == stmt.targets[0]) {
+            definition = &stmt;
+            return {};
+          }
+        }
+        macros_.emplace_back(stmt.targets[0], &stmt);
+        return {};
       case Stmt::Kind::Break: flow_ = Flow::Break; return {};
       case Stmt::Kind::Continue: flow_ = Flow::Continue; return {};
     }
@@ -662,6 +680,8 @@ class Renderer {
     if (expr.a->kind == Expr::Kind::Name) {
       if (Error e = eval_arguments(expr, &args, &kwargs)) return e;
       const std::string &fn = expr.a->name;
+      if (const Stmt *macro = find_macro(fn)) return call_macro(expr.line, *macro, args, kwargs, out);
+      if (!is_known_global_function(fn)) return fail(expr.line, "'" + fn + "' is undefined");  // a macro not yet defined
       if (fn == "raise_exception") {
         // transformers raises TemplateError(message): the caller gets exactly the message.
         raised_ = true;
@@ -704,6 +724,64 @@ class Renderer {
     if (Error e = eval(*expr.a->a, &object)) return e;
     if (Error e = eval_arguments(expr, &args, &kwargs)) return e;
     return call_method(expr.line, object, expr.a->name, args, kwargs, out);
+  }
+
+  const Stmt *find_macro(const std::string &name) const {
+    for (const auto &[k, definition] : macros_)
+      if (k == name) return definition;
+    return nullptr;
+  }
+
+  // A macro call, as Jinja makes it: the body runs in a scope of its own that sees the
+  // template's top-level variables (as they are now) and its parameters, not the caller's
+  // loop variables; what it renders is the call's value, a string. Positional arguments fill
+  // the parameters in order, keywords by name, then defaults (evaluated now, seeing the
+  // parameters before them); a parameter left without any is undefined.
+  Error call_macro(int line, const Stmt &macro, const std::vector<Value> &args,
+                   const std::vector<std::pair<std::string, Value>> &kwargs, Value *out) {
+    const std::string &name = macro.targets[0];
+    if (macro_depth_ >= kMaxMacroCallDepth)
+      return make_error(ErrorKind::Unsupported,
+                        util::strprintf("line %d: macro '%s': macro calls nested more than %llu deep (a macro that "
+                                        "calls itself without end?)",
+                                        line, name.c_str(), static_cast<unsigned long long>(kMaxMacroCallDepth)));
+    if (args.size() > macro.params.size())
+      return fail(line, util::strprintf("macro '%s' takes not more than %zu argument(s)", name.c_str(),
+                                        macro.params.size()));
+    for (const auto &[k, v] : kwargs) {
+      bool known = false;
+      for (size_t i = args.size(); i < macro.params.size(); ++i) known = known || macro.params[i].first == k;
+      if (!known) return fail(line, "macro '" + name + "' takes no keyword argument '" + k + "'");
+    }
+    // The caller's scopes (all but the top level) step aside while the body runs.
+    std::vector<Scope> caller_scopes(std::make_move_iterator(scopes_.begin() + 1), std::make_move_iterator(scopes_.end()));
+    scopes_.resize(1);
+    scopes_.emplace_back();
+    std::string rendered;
+    std::string *saved_out = out_;
+    ++macro_depth_;
+    Error e;
+    for (size_t i = 0; i < macro.params.size() && !e; ++i) {
+      const auto &[param, fallback] = macro.params[i];
+      Value v = Value::undefined("'" + param + "'");
+      const Value *given = argument(args, kwargs, i, param.c_str());
+      if (given != nullptr) v = *given;
+      else if (fallback) e = eval(*fallback, &v);
+      if (!e) assign(param, std::move(v));
+    }
+    if (!e) {
+      out_ = &rendered;
+      e = exec(macro.body);
+    }
+    out_ = saved_out;
+    flow_ = Flow::Normal;
+    --macro_depth_;
+    scopes_.resize(1);
+    for (Scope &scope : caller_scopes) scopes_.push_back(std::move(scope));
+    if (e) return e;
+    if (Error fit = value_fits(line, rendered.size())) return fit;
+    *out = Value::from_string(std::move(rendered));
+    return {};
   }
 
   Error call_method(int line, const Value &object, const std::string &method, const std::vector<Value> &args,
@@ -1114,6 +1192,8 @@ class Renderer {
 
   const ChatTemplateLimits &limits_;
   std::vector<Scope> scopes_;
+  std::vector<std::pair<std::string, const Stmt *>> macros_;  // defined so far, by name
+  uint64_t macro_depth_ = 0;
   std::string *out_ = nullptr;
   Flow flow_ = Flow::Normal;
   bool raised_ = false;

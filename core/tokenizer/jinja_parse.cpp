@@ -19,7 +19,8 @@ namespace colibri::tokenizer::jinja {
 
 namespace {
 
-const char *const kSupportedStatements = "if/elif/else/endif, for/else/endfor, set, set/endset, break, continue";
+const char *const kSupportedStatements =
+    "if/elif/else/endif, for/else/endfor, set, set/endset, macro/endmacro, break, continue";
 
 Error syntax_error(int line, const std::string &message) {
   return make_error(ErrorKind::InvalidArgument, util::strprintf("line %d: %s", line, message.c_str()));
@@ -370,7 +371,9 @@ Error lex_template(std::string_view raw, std::vector<Segment> *segments) {
 
 class ExprParser {
  public:
-  ExprParser(const std::vector<Token> &tokens, uint32_t max_depth) : tokens_(tokens), max_depth_(max_depth) {}
+  // `macros`: the names the template defines with {% macro %}, callable like functions.
+  ExprParser(const std::vector<Token> &tokens, uint32_t max_depth, const std::set<std::string> *macros = nullptr)
+      : tokens_(tokens), max_depth_(max_depth), macros_(macros) {}
 
   const Token &peek(size_t ahead = 0) const { return tokens_[std::min(index_ + ahead, tokens_.size() - 1)]; }
   bool at_end() const { return peek().type == Token::Type::End; }
@@ -762,9 +765,11 @@ class ExprParser {
         const int line = peek().line;
         ExprPtr node = make(Expr::Kind::Call, line);
         if ((*out)->kind == Expr::Kind::Name) {
-          if (!is_known_global_function((*out)->name))
+          const bool is_macro = macros_ != nullptr && macros_->count((*out)->name) != 0;
+          if (!is_macro && !is_known_global_function((*out)->name))
             return unsupported(line, "function \"" + (*out)->name +
-                                         "\" is not supported (supported: raise_exception, range, namespace, dict)");
+                                         "\" is not supported (supported: raise_exception, range, namespace, dict, "
+                                         "and the template's own macros)");
         } else if ((*out)->kind == Expr::Kind::GetAttr) {
           if (!is_known_method((*out)->name))
             return unsupported(line, "method \"." + (*out)->name +
@@ -844,6 +849,7 @@ class ExprParser {
   const std::vector<Token> &tokens_;
   size_t index_ = 0;
   uint32_t max_depth_;
+  const std::set<std::string> *macros_;
   uint32_t depth_ = 0;  // current recursion depth of conditional() / parse_not() / unary()
 };
 
@@ -855,6 +861,15 @@ class StatementParser {
       : segments_(std::move(segments)), max_depth_(max_depth) {}
 
   Error parse(Body *out) {
+    // A macro may be called before its definition in the source (from another macro's body,
+    // say): the names are collected first, and a call that runs before the definition did is
+    // the renderer's "'name' is undefined", as in Jinja.
+    for (const Segment &segment : segments_) {
+      if (segment.kind == Segment::Kind::Block && segment.tokens.size() >= 2 &&
+          segment.tokens[0].type == Token::Type::Name && segment.tokens[0].text == "macro" &&
+          segment.tokens[1].type == Token::Type::Name)
+        macro_names_.insert(segment.tokens[1].text);
+    }
     std::string terminator;
     if (Error e = body(out, {}, &terminator)) return e;
     return {};
@@ -876,7 +891,7 @@ class StatementParser {
         continue;
       }
       if (segment.kind == Segment::Kind::Output) {
-        ExprParser p(segment.tokens, max_depth_);
+        ExprParser p(segment.tokens, max_depth_, &macro_names_);
         auto stmt = std::make_unique<Stmt>();
         stmt->kind = Stmt::Kind::Output;
         stmt->line = segment.line;
@@ -911,7 +926,7 @@ class StatementParser {
     NestingGuard guard(&block_depth_);
     if (block_depth_ > max_depth_)
       return too_deep(segment.line, "blocks ({% if %}, {% for %}, {% set %})", max_depth_);
-    ExprParser p(segment.tokens, max_depth_);
+    ExprParser p(segment.tokens, max_depth_, &macro_names_);
     const std::string keyword = p.next().text;
     auto stmt = std::make_unique<Stmt>();
     stmt->line = segment.line;
@@ -926,7 +941,7 @@ class StatementParser {
         if (Error e = body(&branch, {"elif", "else", "endif"}, &terminator)) return e;
         stmt->branches.emplace_back(std::move(condition), std::move(branch));
         const Segment &end = segments_[index_++];
-        ExprParser q(end.tokens, max_depth_);
+        ExprParser q(end.tokens, max_depth_, &macro_names_);
         q.next();
         if (terminator == "elif") {
           if (Error e = q.expression(&condition)) return e;
@@ -936,7 +951,7 @@ class StatementParser {
         if (Error e = q.expect_end()) return e;
         if (terminator == "else") {
           if (Error e = body(&stmt->else_body, {"endif"}, &terminator)) return e;
-          ExprParser r(segments_[index_++].tokens, max_depth_);
+          ExprParser r(segments_[index_++].tokens, max_depth_, &macro_names_);
           r.next();
           if (Error e = r.expect_end()) return e;
         }
@@ -960,6 +975,7 @@ class StatementParser {
       if (p.is_name("recursive")) return unsupported(segment.line, "recursive for loops are not supported");
       if (Error e = p.expect_end()) return e;
       std::string terminator;
+      ScopedFlag in_loop(&in_scope_);
       if (Error e = body(&stmt->body, {"else", "endfor"}, &terminator)) return e;
       ++index_;
       if (terminator == "else") {
@@ -979,6 +995,7 @@ class StatementParser {
         if (!stmt->set_attribute.empty()) return unsupported(segment.line, "block set of an attribute is not supported");
         stmt->kind = Stmt::Kind::SetBlock;
         std::string terminator;
+        ScopedFlag in_block(&in_scope_);
         if (Error e = body(&stmt->body, {"endset"}, &terminator)) return e;
         ++index_;
       } else {
@@ -1000,11 +1017,13 @@ class StatementParser {
         }
         if (Error e = p.expect_end()) return e;
       }
+    } else if (keyword == "macro") {
+      if (Error e = macro(segment, &p, stmt.get())) return e;
     } else if (keyword == "break" || keyword == "continue") {
       stmt->kind = keyword == "break" ? Stmt::Kind::Break : Stmt::Kind::Continue;
       if (Error e = p.expect_end()) return e;
     } else if (keyword == "elif" || keyword == "else" || keyword == "endif" || keyword == "endfor" ||
-               keyword == "endset") {
+               keyword == "endset" || keyword == "endmacro") {
       return syntax_error(segment.line, "{% " + keyword + " %} without its opening tag");
     } else {
       return unsupported(segment.line, "{% " + keyword + " %} is not supported (supported: " +
@@ -1014,10 +1033,71 @@ class StatementParser {
     return {};
   }
 
+  // {% macro name(param, param=default, ...) %} body {% endmacro %}. Macros are defined
+  // where the template's top-level variables live (at the top level or inside {% if %}), the
+  // only place real templates define them; one inside a loop, a block set or another macro
+  // would be local to it in Jinja, and is refused.
+  Error macro(const Segment &segment, ExprParser *p, Stmt *stmt) {
+    if (in_scope_) {
+      return unsupported(segment.line,
+                         "{% macro %} inside a for loop, a block set or a macro is not supported (define it at the "
+                         "top level)");
+    }
+    stmt->kind = Stmt::Kind::Macro;
+    if (p->peek().type != Token::Type::Name) return syntax_error(segment.line, "expected a macro name");
+    stmt->targets.push_back(p->next().text);
+    if (Error e = p->expect_op("(")) return e;
+    bool defaults = false;
+    while (!p->is_op(")")) {
+      if (p->peek().type != Token::Type::Name) return syntax_error(segment.line, "expected a parameter name");
+      std::string name = p->next().text;
+      for (const auto &existing : stmt->params)
+        if (existing.first == name) return syntax_error(segment.line, "duplicate parameter '" + name + "'");
+      ExprPtr fallback;
+      if (p->is_op("=")) {
+        p->next();
+        if (Error e = p->expression(&fallback)) return e;
+        defaults = true;
+      } else if (defaults) {
+        return syntax_error(segment.line, "a parameter without a default follows one with a default");
+      }
+      stmt->params.emplace_back(std::move(name), std::move(fallback));
+      if (p->is_op(",")) {
+        p->next();
+      } else if (!p->is_op(")")) {
+        return syntax_error(segment.line, "expected ',' or ')' in the macro's parameters");
+      }
+    }
+    p->next();
+    if (Error e = p->expect_end()) return e;
+    std::string terminator;
+    ScopedFlag in_macro(&in_scope_);
+    if (Error e = body(&stmt->body, {"endmacro"}, &terminator)) return e;
+    ExprParser end(segments_[index_++].tokens, max_depth_, &macro_names_);
+    end.next();
+    if (end.peek().type == Token::Type::Name && end.peek().text == stmt->targets[0]) end.next();  // {% endmacro name %}
+    return end.expect_end();
+  }
+
+  // Sets a flag for the lifetime of the guard (nested uses keep it set).
+  class ScopedFlag {
+   public:
+    explicit ScopedFlag(bool *flag) : flag_(flag), saved_(*flag) { *flag_ = true; }
+    ~ScopedFlag() { *flag_ = saved_; }
+    ScopedFlag(const ScopedFlag &) = delete;
+    ScopedFlag &operator=(const ScopedFlag &) = delete;
+
+   private:
+    bool *flag_;
+    bool saved_;
+  };
+
   std::vector<Segment> segments_;
   size_t index_ = 0;
   uint32_t max_depth_;
   uint32_t block_depth_ = 0;
+  std::set<std::string> macro_names_;
+  bool in_scope_ = false;  // inside a for loop, a block set or a macro body
 };
 
 }  // namespace

@@ -3,8 +3,11 @@
 // Hugging Face `tokenizers` compiles its Split / Replace patterns with Oniguruma. We use
 // PCRE2 in UTF mode with Unicode properties (PCRE2_UTF | PCRE2_UCP), which gives \p{L},
 // \p{N}, Unicode \s and (?i:...) the same meaning for the patterns the supported families
-// ship (GPT-2, Qwen2, Llama 3 style splits). Patterns are JIT-compiled when the platform
-// allows it. A compiled Regex is immutable and may be used from several threads at once.
+// ship (GPT-2, Qwen2, Llama 3, DeepSeek-V3, GLM-4.5 and o200k style splits). Oniguruma's
+// nested classes and class intersections ([x[y]], [x&&[^y]], Kimi-K2's split), which PCRE2
+// would read as different patterns without an error, are rewritten first
+// (translate_oniguruma_classes). Patterns are JIT-compiled when the platform allows it. A
+// compiled Regex is immutable and may be used from several threads at once.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +21,13 @@
 #include "util/error.h"
 
 namespace colibri::tokenizer {
+
+// The PCRE2 form of an Oniguruma pattern: each character class that nests a class or has a
+// '&&' intersection becomes a group matching the same single character (a union an
+// alternation, an intersection lookaheads, a negation a negative lookahead before any
+// character); everything else is copied unchanged. Fails (Unsupported) only for classes nested
+// past a fixed depth.
+std::string translate_oniguruma_classes(std::string_view pattern, Error *error);
 
 class Regex {
  public:

@@ -374,7 +374,7 @@ static void test_chat_template(colibri_model *model) {
     colibri_last_error(message, sizeof message, NULL);
     CHECK(strstr(message, "only user messages, please") != NULL);
   }
-  o.template_text = "{% macro m() %}x{% endmacro %}";
+  o.template_text = "{% call m() %}x{% endcall %}";
   CHECK_STATUS(colibri_chat_render(model, messages, 1, &o, text, sizeof text, &size), COLIBRI_ERROR_UNSUPPORTED);
   CHECK_STATUS(colibri_chat_render(model, messages, 1, NULL, text, 5, &size), COLIBRI_ERROR_BUFFER_TOO_SMALL);
   CHECK(size == strlen("<s>[INST] Hello! Who are you? [/INST]"));

@@ -20,6 +20,16 @@ two fixture tokenizers with the library defaults. This script adds what those le
                          non-special added token
     added_normalized     added tokens with normalized=true under the Llama Prepend/Replace
                          normalizer (they decode in normalized form), special and not
+    deepseek_v3_split    DeepSeek-V3/R1's pre-tokenizer: three isolating Splits in sequence
+                         (digit runs of 1-3, CJK/kana runs, then punctuation+letters, letters
+                         with marks, punctuation, spaces) before ByteLevel(use_regex=false)
+    glm4_split           GLM-4.5's: one cl100k-style Split (digit runs of 1-3, contractions)
+    minimax_m2_split     MiniMax-M2's: NFC, then one o200k-style Split (case-aware words, "/")
+    kimi_k2_split        Kimi-K2's split (its tiktoken pattern as tokenizer.json writes it): Han
+                         runs, and word classes that use Oniguruma's class intersection
+                         [..&&[^\p{Han}]], which core/tokenizer/regex.cpp rewrites for PCRE2
+  The vocabulary of these four is the Qwen2-style fixture's: the real checkpoints' vocabularies
+  are far too large to commit, and what the variants pin is the splitting, which decides the ids.
 * core/tokenizer/normalizer_hf_unicode.inc: the code points whose normalization tokenizers' older
   Unicode tables (9.0) do not know, and unicode_normalization.jsonl, NFC/NFD/NFKC/NFKD of texts
   around each of them (write_unicode_table; it reads the system libutf8proc through ctypes)
@@ -62,6 +72,14 @@ EXTRA_TEXTS = [
     "this is my token ok",
     "the <x y> small mall ▁the end<x y>",
     "\u0e81\u0ec8\u0eba \u0628\u089b\u064e \U00011935\U00011930",
+    # The frontier families' splits (issue 20): digit runs, CJK and kana runs next to Latin,
+    # punctuation glued to letters, case changes, contractions in capitals, paths, CR LF.
+    "漢字かなカナ混じりtext 123456789 x1234567y 第3章",
+    "!hello ?World's I'M 'LL don't (DeepSeek-V3) #tag @user",
+    "mixedCASEWord CamelCase HTTPServer iPhone ÀB́ Ünïcödé",
+    "a/b/c\n/usr/bin:path\r\nline\t\ttabs\n\n   trailing   ",
+    "한국어 текст ελληνικά العربية हिन्दी 日本語のテキスト",
+    "price: $1,234.56 (≈ €1.1k) — 50% off!!! ...\u3002\uff01",
 ]
 # One long input (the first 2000 characters of the training text): long words are cut where no
 # merge can cross (bpe.h, kCutMinWordBytes); this pins that the cut changes nothing.
@@ -185,6 +203,63 @@ def variant_added_normalized(base: dict) -> dict:
     return d
 
 
+# The frontier families' pre-tokenizer patterns, as their tokenizer.json files hold them.
+DEEPSEEK_V3_SPLITS = [
+    r"\p{N}{1,3}",
+    "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+    r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
+]
+CL100K_SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+O200K_SPLIT = "|".join([
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""\p{N}{1,3}""",
+    r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+    r"""\s*[\r\n]+""",
+    r"""\s+(?!\S)""",
+    r"""\s+""",
+])
+KIMI_K2_SPLIT = "|".join([
+    r"""[\p{Han}]+""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""\p{N}{1,3}""",
+    r""" ?[^\s\p{L}\p{N}]+[\r\n]*""",
+    r"""\s*[\r\n]+""",
+    r"""\s+(?!\S)""",
+    r"""\s+""",
+])
+
+
+def _split_then_bytelevel(base: dict, patterns, normalizer=None) -> dict:
+    d = copy.deepcopy(base)
+    d["normalizer"] = normalizer
+    d["pre_tokenizer"] = {
+        "type": "Sequence",
+        "pretokenizers": [{"type": "Split", "pattern": {"Regex": p}, "behavior": "Isolated", "invert": False}
+                          for p in patterns]
+        + [{"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}],
+    }
+    d["decoder"] = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+    return d
+
+
+def variant_deepseek_v3_split(base: dict) -> dict:
+    return _split_then_bytelevel(base, DEEPSEEK_V3_SPLITS)
+
+
+def variant_glm4_split(base: dict) -> dict:
+    return _split_then_bytelevel(base, [CL100K_SPLIT])
+
+
+def variant_minimax_m2_split(base: dict) -> dict:
+    return _split_then_bytelevel(base, [O200K_SPLIT], normalizer={"type": "NFC"})
+
+
+def variant_kimi_k2_split(base: dict) -> dict:
+    return _split_then_bytelevel(base, [KIMI_K2_SPLIT])
+
+
 VARIANTS = {
     "bytelevel_nfc": (BYTELEVEL, variant_bytelevel_nfc),
     "bytelevel_gpt2": (BYTELEVEL, variant_bytelevel_gpt2),
@@ -192,6 +267,10 @@ VARIANTS = {
     "metaspace_split": (LLAMA, variant_metaspace_split),
     "added_flags": (BYTELEVEL, variant_added_flags),
     "added_normalized": (LLAMA, variant_added_normalized),
+    "deepseek_v3_split": (BYTELEVEL, variant_deepseek_v3_split),
+    "glm4_split": (BYTELEVEL, variant_glm4_split),
+    "minimax_m2_split": (BYTELEVEL, variant_minimax_m2_split),
+    "kimi_k2_split": (BYTELEVEL, variant_kimi_k2_split),
 }
 
 
@@ -447,6 +526,15 @@ CONV_FULL = [
 ]
 CONV_ONE = [{"role": "user", "content": "  only one  "}]
 CONV_TOOL = [{"role": "user", "content": "x"}, {"role": "tool", "content": "y"}]
+CONV_AGENT = [
+    {"role": "system", "content": "Use tools."},
+    {"role": "user", "content": "weather?"},
+    {"role": "assistant", "content": "<think>\nneed the tool\n</think>\n\ncalling"},
+    {"role": "tool", "content": "r1"},
+    {"role": "tool", "content": "r2"},
+    {"role": "assistant", "content": "sunny /nothink"},
+    {"role": "user", "content": "thanks /nothink"},
+]
 
 CHAT_TEMPLATES = {
     "loop_variables": (
@@ -587,6 +675,135 @@ CHAT_TEMPLATES = {
         "{{ bos_token is defined }} {{ eos_token is defined }} {{ documents is none }} {{ tools is defined }}"
         "{% if add_generation_prompt %}\nA:{% endif %}"
     ),
+    # Macros, in the style of GLM-4.5's template (a macro that flattens content, its result
+    # kept in a variable and used with string methods, reasoning split off the last turns).
+    "glm4_macro_like": (
+        "[gMASK]<sop>\n"
+        "{%- macro text_of(content) -%}\n"
+        "    {%- if content is string -%}\n"
+        "        {{- content }}\n"
+        "    {%- elif content is iterable and content is not mapping -%}\n"
+        "        {%- for part in content -%}\n"
+        "            {%- if part is mapping and part.type == 'text' -%}{{- part.text }}\n"
+        "            {%- elif part is string -%}{{- part }}{%- endif -%}\n"
+        "        {%- endfor -%}\n"
+        "    {%- else -%}\n"
+        "        {{- content }}\n"
+        "    {%- endif -%}\n"
+        "{%- endmacro -%}\n"
+        "{%- set ns = namespace(last_user=-1) %}\n"
+        "{%- for m in messages %}\n"
+        "    {%- if m.role == 'user' %}\n"
+        "        {% set ns.last_user = loop.index0 -%}\n"
+        "    {%- endif %}\n"
+        "{%- endfor %}\n"
+        "{% for m in messages %}\n"
+        "{%- if m.role == 'user' -%}<|user|>\n"
+        "{%- set text = text_of(m.content) -%}\n"
+        "{{ text }}\n"
+        "{{- '/nothink' if (enable_thinking is defined and not enable_thinking and not text.endswith('/nothink')) else '' -}}\n"
+        "{%- elif m.role == 'assistant' -%}\n"
+        "<|assistant|>\n"
+        "{%- set content = text_of(m.content) %}\n"
+        "{%- set reasoning = '' %}\n"
+        "{%- if '</think>' in content %}\n"
+        "    {%- set pieces = content.split('</think>') -%}\n"
+        "    {%- set reasoning = (pieces | first).rstrip('\\n').split('<think>') | last -%}\n"
+        "    {%- set content = (pieces | last).lstrip('\\n') -%}\n"
+        "{%- endif %}\n"
+        "{%- if loop.index0 > ns.last_user and reasoning.strip() -%}\n"
+        "{{ '\\n<think>' + reasoning.strip() + '</think>' }}\n"
+        "{%- else -%}\n"
+        "{{ '\\n<think></think>' }}\n"
+        "{%- endif -%}\n"
+        "{%- if content.strip() -%}\n"
+        "{{ '\\n' + content.strip() }}\n"
+        "{%- endif -%}\n"
+        "{%- elif m.role == 'tool' -%}\n"
+        "{%- if loop.first or (messages[loop.index0 - 1].role != 'tool') %}\n"
+        "    {{- '<|observation|>' }}\n"
+        "{%- endif %}\n"
+        "{{- '\\n<tool_response>\\n' + m.content + '\\n</tool_response>' }}\n"
+        "{%- elif m.role == 'system' -%}\n"
+        "<|system|>\n"
+        "{{ text_of(m.content) }}\n"
+        "{%- endif -%}\n"
+        "{%- endfor -%}\n"
+        "{%- if add_generation_prompt -%}\n"
+        "    <|assistant|>{{- '\\n<think></think>' if (enable_thinking is defined and not enable_thinking) else '' -}}\n"
+        "{%- endif -%}"
+    ),
+    # Macros in the style of MiniMax-M2's: one macro calling another, a parameter default, a
+    # variable the macro sets when the caller did not give it, messages[1:], ~, a namespace
+    # tracking the previous role, raise_exception for a tool turn with no assistant before it.
+    "minimax_macro_like": (
+        "{%- set end_turn = '[e~[' -%}\n"
+        "{%- macro text_of(content) -%}\n"
+        "    {%- if content is string -%}{{ content }}\n"
+        "    {%- else -%}{%- for part in content -%}{{- part.text if part is mapping else part }}{%- endfor -%}\n"
+        "    {%- endif -%}\n"
+        "{%- endmacro -%}\n"
+        "{%- macro system_block(message, fallback='You are a helpful assistant.') -%}\n"
+        "    {%- if message and message.content -%}\n"
+        "        {{- text_of(message.content) }}\n"
+        "    {%- else -%}\n"
+        "        {%- if identity is not defined -%}{%- set identity = fallback -%}{%- endif -%}\n"
+        "        {{- identity }}\n"
+        "    {%- endif -%}\n"
+        "{%- endmacro -%}\n"
+        "{%- set system = none -%}\n"
+        "{%- set turns = messages -%}\n"
+        "{%- if messages and messages[0].role == 'system' -%}\n"
+        "    {%- set system = messages[0] -%}\n"
+        "    {%- set turns = messages[1:] -%}\n"
+        "{%- endif -%}\n"
+        "{{- ']~!b[' ~ ']~b]system' ~ '\\n' }}\n"
+        "{{- system_block(system) }}\n"
+        "{{- end_turn ~ '\\n' }}\n"
+        "{%- set last = namespace(role=none) -%}\n"
+        "{%- for message in turns -%}\n"
+        "    {%- if message.role == 'assistant' -%}\n"
+        "        {{- ']~b]ai' ~ '\\n' }}\n"
+        "        {%- set content = text_of(message.content) %}\n"
+        "        {%- if '</think>' in content %}{%- set content = content.split('</think>', 1)[1].strip('\\n') %}{%- endif %}\n"
+        "        {{- content }}{{- end_turn ~ '\\n' }}\n"
+        "    {%- elif message.role == 'user' -%}\n"
+        "        {{- ']~b]user' ~ '\\n' }}{{- text_of(message.content) }}{{- end_turn ~ '\\n' }}\n"
+        "    {%- elif message.role == 'tool' -%}\n"
+        "        {%- if last.role not in ['assistant', 'tool'] -%}\n"
+        "            {{- raise_exception('a tool message must follow an assistant turn, not ' ~ last.role) }}\n"
+        "        {%- endif -%}\n"
+        "        {%- if loop.first or turns[loop.index0 - 1].role != 'tool' -%}{{- ']~b]tool' }}{%- endif -%}\n"
+        "        {{- '\\n<response>' ~ message.content ~ '</response>' }}\n"
+        "        {%- if loop.last or turns[loop.index0 + 1].role != 'tool' -%}{{- end_turn ~ '\\n' }}{%- endif -%}\n"
+        "    {%- endif -%}\n"
+        "    {%- set last.role = message.role -%}\n"
+        "{%- endfor -%}\n"
+        "{%- if add_generation_prompt -%}{{- ']~b]ai' ~ '\\n' ~ '<think>' ~ '\\n' }}{%- endif -%}\n"
+    ),
+    # What a macro sees and returns: top-level variables as they are at the call (set after
+    # the definition), not the caller's loop variable; defaults that use earlier parameters;
+    # keywords; a `set` inside that does not leak; a namespace it changes; a macro calling one
+    # defined after it; macros defined in {% if %} branches; the result as a string.
+    "macro_semantics": (
+        "{%- set a = 1 -%}\n"
+        "{%- macro show(x, y='d', z=x ~ '!') -%}[{{ x }}|{{ y }}|{{ z }}|{{ a }}|{{ item }}]{%- set leaked = 1 -%}{%- endmacro -%}\n"
+        "{%- set a = 2 -%}\n"
+        "{% for item in [7] %}{{ show(1) }}{{ show(1, 2) }}{{ show(y=3, x=4) }}{{ show() }}{{ item }}{% endfor %}\n"
+        "{{ leaked is defined }}\n"
+        "{%- macro outer(v) -%}<{{ inner(v) | trim }}>{%- endmacro -%}\n"
+        "{%- macro inner(v) -%}  {{ v | upper }}  {%- endmacro %}\n"
+        "{{ outer('q') }}|{{ outer('q') | length }}|{{ inner('w').strip() }}|{{ inner('w') is string }}|{{ inner(none) }}\n"
+        "{%- set ns = namespace(count=0) -%}\n"
+        "{%- macro bump(by=1) -%}{%- set ns.count = ns.count + by -%}{%- endmacro %}\n"
+        "{{ bump() }}{{ bump(by=10) }}{{ ns.count }}\n"
+        "{%- if messages | length > 1 -%}{%- macro pick() -%}many{%- endmacro -%}\n"
+        "{%- else -%}{%- macro pick() -%}one{%- endmacro -%}{%- endif %}\n"
+        "{{ pick() }}\n"
+        "{% for m in messages %}{{ show(m.role, m.content | length) }}{% endfor %}\n"
+        "{%- macro pick() -%}redefined{%- endmacro %}\n"
+        "{{ pick() }}\n"
+    ),
     "raise_on_unknown_role": (
         "{% for m in messages %}"
         "{% if m.role not in ['system', 'user', 'assistant'] %}"
@@ -610,6 +827,11 @@ CHAT_CASES = [
     ("bos_eos_and_roles", "<s>", "</s>", {}, [CONV_FULL, CONV_TOOL]),
     ("bos_eos_and_roles", None, "<|endoftext|>", {}, [CONV_ONE]),
     ("raise_on_unknown_role", "<s>", "</s>", {}, [CONV_FULL, CONV_TOOL]),
+    ("glm4_macro_like", None, "<|endoftext|>", {}, [CONV_FULL, CONV_ONE, CONV_AGENT]),
+    ("glm4_macro_like", None, "<|endoftext|>", {"enable_thinking": False}, [CONV_FULL, CONV_AGENT]),
+    ("minimax_macro_like", None, "[e~[", {}, [CONV_FULL, CONV_ONE, CONV_AGENT, CONV_TOOL]),
+    ("minimax_macro_like", None, "[e~[", {"identity": "You are Colibri."}, [CONV_ONE]),
+    ("macro_semantics", "<s>", "</s>", {}, [CONV_FULL, CONV_ONE]),
 ]
 
 

@@ -20,7 +20,7 @@ namespace {
 
 const char *const kCases[] = {"mixtral_gqa",      "mixtral_tied_top3", "qwen2_moe_shared",  "qwen3_moe_qknorm",
                               "olmoe_clip",       "glm4_moe_groups",   "minimax_m2_sigmoid", "qwen3_moe_yarn",
-                              "gpt_oss_sinks",    "gpt_oss_mxfp4"};
+                              "gpt_oss_sinks",    "gpt_oss_mxfp4",     "deepseek_v3_mla",    "deepseek_v3_direct_q"};
 
 std::vector<ChatMessage> messages_of(const json &array) {
   std::vector<ChatMessage> out;
@@ -121,9 +121,11 @@ TEST_CASE("extra templates covering the supported Jinja subset render as transfo
 }
 
 TEST_CASE("a template needing more than the subset is refused, naming the construct and line", "[chat]") {
-  colibri::Error e = parse_error("{% macro greet(name) %}hi {{ name }}{% endmacro %}");
+  colibri::Error e = parse_error("{% for m in messages %}\n{% macro greet(name) %}hi {{ name }}{% endmacro %}{% endfor %}");
   CHECK(e.kind == colibri::ErrorKind::Unsupported);
-  CHECK_THAT(e.message, Catch::Contains("line 1: {% macro %} is not supported"));
+  CHECK_THAT(e.message, Catch::Contains("line 2: {% macro %} inside a for loop, a block set or a macro is not supported"));
+  e = parse_error("{% macro greet(name) %}hi{% endmacro %}{% call greet('x') %}body{% endcall %}");
+  CHECK_THAT(e.message, Catch::Contains("{% call %} is not supported"));
   e = parse_error("a\n{{ strftime_now('%Y') }}");
   CHECK(e.kind == colibri::ErrorKind::Unsupported);
   CHECK_THAT(e.message, Catch::Contains("line 2: function \"strftime_now\" is not supported"));
@@ -137,6 +139,68 @@ TEST_CASE("a template needing more than the subset is refused, naming the constr
   CHECK_THAT(e.message, Catch::Contains("test \"divisible_by_three\" is not supported"));
   e = parse_error("{{ 'a'.format(1) }}");
   CHECK_THAT(e.message, Catch::Contains("method \".format()\" is not supported"));
+}
+
+TEST_CASE("macro calls are checked as Jinja checks them, and cannot recurse without end", "[chat]") {
+  auto render_error = [](const std::string &source) {
+    auto tpl = parse_ok(source);
+    std::string out;
+    colibri::Error e = tpl->render({}, false, "", "", &out);
+    CHECK(out.empty());
+    return e;
+  };
+  colibri::Error e = render_error("{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}");
+  CHECK(e.message == "chat template: line 1: macro 'm' takes not more than 1 argument(s)");
+  e = render_error("{% macro m(a) %}{{ a }}{% endmacro %}{{ m(z=2) }}");
+  CHECK(e.message == "chat template: line 1: macro 'm' takes no keyword argument 'z'");
+  e = render_error("{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, a=2) }}");
+  CHECK(e.message == "chat template: line 1: macro 'm' takes no keyword argument 'a'");
+  // Called before its definition ran: undefined, as in Jinja.
+  e = render_error("{{ m(1) }}\n{% macro m(a) %}{{ a }}{% endmacro %}");
+  CHECK(e.message == "chat template: line 1: 'm' is undefined");
+  // A macro that calls itself stops at the call-depth limit instead of exhausting the stack;
+  // so does mutual recursion.
+  e = render_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
+  CHECK(e.kind == colibri::ErrorKind::Unsupported);
+  CHECK_THAT(e.message, Catch::Contains("macro 'f': macro calls nested more than 8 deep"));
+  e = render_error("{% macro a() %}{{ b() }}{% endmacro %}{% macro b() %}{{ a() }}{% endmacro %}{{ a() }}");
+  CHECK_THAT(e.message, Catch::Contains("macro calls nested more than 8 deep"));
+  // Eight levels are fine.
+  auto tpl = parse_ok("{% macro f(n) %}{% if n < 8 %}{{ n }}{{ f(n + 1) }}{% endif %}{% endmacro %}{{ f(1) }}");
+  std::string out;
+  REQUIRE(tpl->render({}, false, "", "", &out).ok());
+  CHECK(out == "1234567");
+  // Errors inside a macro leave the caller's scopes intact for the next render.
+  e = render_error("{% macro m() %}{{ nothing.here }}{% endmacro %}{% for x in [1] %}{{ m() }}{% endfor %}");
+  CHECK(e.message == "chat template: line 1: 'nothing' is undefined");
+  // Syntax: defaults after a default, duplicate parameters, a missing endmacro.
+  CHECK_THAT(parse_error("{% macro m(a=1, b) %}{% endmacro %}").message,
+             Catch::Contains("a parameter without a default follows one with a default"));
+  CHECK_THAT(parse_error("{% macro m(a, a) %}{% endmacro %}").message, Catch::Contains("duplicate parameter 'a'"));
+  CHECK_THAT(parse_error("{% macro m() %}x").message, Catch::Contains("missing {% endmacro %}"));
+  CHECK_THAT(parse_error("{% endmacro %}").message, Catch::Contains("{% endmacro %} without its opening tag"));
+  CHECK(parse_ok("{% macro m() %}x{% endmacro m %}{{ m() }}") != nullptr);
+}
+
+TEST_CASE("extra variables keep their objects' key order, as a Python dict from json.loads does", "[chat]") {
+  // GLM-4.5's, MiniMax-M2's and Kimi-K2's templates print the caller's tools with tojson:
+  // transformers prints the keys in the order given, so the prompt must too (sorted keys
+  // are a different prompt).
+  auto tpl = parse_ok("{{ tools | tojson }}|{% for k, v in tools[0].function.items() %}{{ k }},{% endfor %}");
+  std::string out;
+  const std::string tools = R"([{"type": "function", "function": {"name": "f", "description": "d", "arguments": {"z": 1, "a": 2}}}])";
+  REQUIRE(tpl->render({}, false, "", "", {ChatVariable{"tools", tools}}, &out).ok());
+  CHECK(out == R"([{"type": "function", "function": {"name": "f", "description": "d", "arguments": {"z": 1, "a": 2}}}]|name,description,arguments,)");
+  // A duplicate key keeps its first place and takes the last value (json.loads does the same).
+  REQUIRE(tpl->render({}, false, "", "", {ChatVariable{"tools", R"([{"function": {"b": 1, "a": 2, "b": 3}}])"}}, &out).ok());
+  CHECK(out == R"([{"function": {"b": 3, "a": 2}}]|b,a,)");
+  // Keys are found by a linear search in an ordered object: one object's keys are bounded.
+  std::string many = "{";
+  for (int k = 0; k < 5000; ++k) many += (k ? ",\"k" : "\"k") + std::to_string(k) + "\": 0";
+  many += "}";
+  colibri::Error e = tpl->render({}, false, "", "", {ChatVariable{"tools", many}}, &out);
+  CHECK(e.kind == colibri::ErrorKind::InvalidArgument);
+  CHECK_THAT(e.message, Catch::Contains("variable \"tools\" has an object of more than 4096 keys"));
 }
 
 TEST_CASE("template syntax errors name the line", "[chat]") {

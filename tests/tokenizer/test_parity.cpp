@@ -4,7 +4,7 @@
 // for the two fixture tokenizers. Extra fixtures (tests/tokenizer/make_extra_fixtures.py):
 // tests/tokenizer/fixtures/<name>.extra.jsonl, which add the special-tokens-as-text mode and
 // edited variants (NFC, GPT-2 ByteLevel regex, Metaspace, added-token flags, normalized added
-// tokens), and unicode_normalization.jsonl (the four normal forms where utf8proc alone differs).
+// tokens, the DeepSeek-V3 / GLM-4.5 / MiniMax-M2 / Kimi-K2 pre-tokenizer splits), and unicode_normalization.jsonl (the four normal forms where utf8proc alone differs).
 #include <string>
 #include <vector>
 
@@ -26,6 +26,10 @@ const char *const kExtraFixtures[] = {
     "tests/tokenizer/fixtures/bytelevel_nfc.extra.jsonl",  "tests/tokenizer/fixtures/bytelevel_gpt2.extra.jsonl",
     "tests/tokenizer/fixtures/metaspace_llama.extra.jsonl", "tests/tokenizer/fixtures/metaspace_split.extra.jsonl",
     "tests/tokenizer/fixtures/added_flags.extra.jsonl",    "tests/tokenizer/fixtures/added_normalized.extra.jsonl",
+    // The frontier families' pre-tokenizers (DeepSeek-V3's three Splits, GLM-4.5's cl100k-style
+    // split, MiniMax-M2's NFC + o200k-style split, Kimi-K2's split with class intersections).
+    "tests/tokenizer/fixtures/deepseek_v3_split.extra.jsonl", "tests/tokenizer/fixtures/glm4_split.extra.jsonl",
+    "tests/tokenizer/fixtures/minimax_m2_split.extra.jsonl",  "tests/tokenizer/fixtures/kimi_k2_split.extra.jsonl",
 };
 
 struct Fixture {
@@ -124,7 +128,7 @@ TEST_CASE("decode(encode(x)) == x for the byte-level tokenizer, and == the token
 TEST_CASE("extra fixtures: variants and special tokens read as text match tokenizers", "[parity]") {
   for (const char *path : kExtraFixtures) {
     Fixture f = load_fixture(path);
-    REQUIRE(f.encodes.size() == 59);
+    REQUIRE(f.encodes.size() == 65);  // the corpus plus make_extra_fixtures.py's EXTRA_TEXTS and long text
     for (const json &r : f.encodes) {
       INFO(path << " entry " << r["id"] << ": " << r["text"].dump());
       const std::string input = record_input(r);

@@ -251,3 +251,50 @@ TEST_CASE("an added token with normalized=true decodes in its normalized form, a
   CHECK_FALSE(tok->is_special(id + 1));
   CHECK(decode_all(*tok, {5, id + 1, 5}, true) == decode_all(*tok, {5, id + 1, 5}, false));
 }
+
+TEST_CASE("Oniguruma's nested classes and class intersections match what Oniguruma means", "[regex]") {
+  using colibri::tokenizer::Regex;
+  auto matches = [](const std::string &pattern, const std::string &text) {
+    colibri::Error error;
+    auto regex = Regex::compile(pattern, "test pattern", &error);
+    INFO(pattern << ": " << error.message);
+    REQUIRE(regex != nullptr);
+    std::vector<std::pair<size_t, size_t>> found;
+    REQUIRE(regex->find_all(text, &found).ok());
+    std::vector<std::string> out;
+    for (auto [s, e] : found) out.push_back(text.substr(s, e - s));
+    return out;
+  };
+  auto translated = [](const std::string &pattern) {
+    colibri::Error error;
+    std::string out = colibri::tokenizer::translate_oniguruma_classes(pattern, &error);
+    INFO(error.message);
+    CHECK(error.ok());
+    return out;
+  };
+  // Plain classes are copied as written (every pattern of the other supported families).
+  for (const char *plain : {"[^\\r\\n\\p{L}\\p{N}]?\\p{L}+", "[]a]", "[\\[\\]&]", "[[:alpha:]-]", "(?i:'s|'t)"}) {
+    CHECK(translated(plain) == plain);
+  }
+  // Union: [a-c[x-z]] is a-c or x-z (PCRE2 alone would read "[a-c[x-z]" then a literal ']').
+  CHECK(matches("[a-c[x-z]]+", "abxz-cy]") == std::vector<std::string>{"abxz", "cy"});
+  // Intersection: letters that are not Han (Kimi-K2's split).
+  CHECK(matches("[\\p{L}&&[^\\p{Han}]]+", "abc\xe6\xbc\xa2\xe5\xad\x97" "def&") ==
+        std::vector<std::string>{"abc", "def"});
+  CHECK(matches("[\\p{Han}]+|[\\p{Lu}\\p{Ll}&&[^\\p{Han}]]+", "Ab\xe6\xbc\xa2x") ==
+        std::vector<std::string>{"Ab", "\xe6\xbc\xa2", "x"});
+  // Negation applies to the whole class: not (a-d and b-f) = not b-d.
+  CHECK(matches("[^a-d&&b-f]+", "abcdefa") == std::vector<std::string>{"a", "efa"});
+  // An empty operand is an empty set; a ']' first in a nested class is a literal.
+  CHECK(matches("[a&&]", "aa").empty());
+  CHECK(matches("[x[]y]]+", "x]y]z") == std::vector<std::string>{"x]y]"});
+  // Escapes inside a class are not operators: "\\&&" is a literal '&' then an intersection.
+  CHECK(matches("[a\\&&&[&b]]+", "a&&b") == std::vector<std::string>{"&&"});
+  // Nesting has a limit (a parser over untrusted input), reported by name.
+  std::string deep;
+  for (int k = 0; k < 40; ++k) deep += "[a";
+  for (int k = 0; k < 40; ++k) deep += "]";
+  colibri::Error error;
+  CHECK(Regex::compile(deep, "test pattern", &error) == nullptr);
+  CHECK(error.message.find("nested more than 16 deep") != std::string::npos);
+}
