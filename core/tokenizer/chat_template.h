@@ -15,7 +15,7 @@
 //                {% if %} there (GLM-4.5's and MiniMax-M2's templates), called as name(...):
 //                its own scope, the template's top-level variables as they are at the call,
 //                not the caller's loop variables; the call's value is what the body renders;
-//                calls nest at most 8 deep,
+//                calls nest at most 32 deep,
 //                comments, whitespace control ({%- -%} {{- -}} {#- -#} {%+ +%})
 //   expressions  literals (strings, ints, floats, true/false/none, lists, tuples, dicts),
 //                . and [] access, slices [a:b:c], if/else, or/and/not, == != < <= > >=,
@@ -24,11 +24,12 @@
 //                lower replace reverse safe string title tojson trim upper
 //   tests        defined undefined none string number integer float boolean true false
 //                mapping sequence iterable even odd divisibleby eq equalto ne lower upper
-//   functions    raise_exception(msg), range(), namespace(...), dict(...), the template's macros
+//   functions    raise_exception(msg), range(), namespace(...), dict(...), strftime_now(format)
+//                (the local time, as transformers gives it), the template's macros
 //   methods      str: strip lstrip rstrip split startswith endswith upper lower title
 //                capitalize replace; dict: items keys values get
-// Anything else ({% call %}, a macro inside a loop, {% include %}, {% generation %},
-// strftime_now(), unknown filters, ...) is refused by parse() with a message naming it and its
+// Anything else ({% call %}, a macro inside a loop, {% include %}, {% generation %}, unknown
+// filters, ...) is refused by parse() with a message naming it and its
 // line. A macro's varargs / kwargs / caller are not provided (they are undefined).
 //
 // Known differences from Python (none matter for the supported families' templates): tuples

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 #include <functional>
 #include <utf8proc.h>
 
@@ -22,10 +23,19 @@ namespace colibri::tokenizer::jinja {
 namespace {
 
 // Macro calls nested in each other (a macro that calls itself would otherwise recurse until
-// the stack ends; Jinja stops at Python's recursion limit). Real templates nest two. Each
-// level can hold a whole parse tree's depth of recursion (max_nesting_depth blocks and
-// expressions), so this stays small.
-constexpr uint64_t kMaxMacroCallDepth = 8;
+// the stack ends; Jinja stops at Python's recursion limit). Real templates nest two or three;
+// gpt-oss's renders a tool's JSON schema with a macro that calls itself once per level.
+constexpr uint64_t kMaxMacroCallDepth = 32;
+// Statements and expressions being evaluated inside each other, macro calls included: what
+// bounds the renderer's stack. A level is one or two C++ frames: at most about 1.5 KB in a
+// release build (exec_for and call_macro stay out of line so that exec's frame stays small)
+// and 16 KB under ASan, so 256 levels stay under 0.5 MB and 4 MB of a default 8 MB thread
+// stack. Without macros a render stays under 2 x max_nesting_depth (the parser's limit, 128
+// by default), so only macro calls reach this; gpt-oss's schema macro uses about 8 a level.
+constexpr uint64_t kMaxRenderDepth = 256;
+
+// strftime_now(format): the format is at most this long.
+constexpr size_t kMaxTimeFormatBytes = 256;
 
 // range() makes a list of at most this many integers.
 constexpr int64_t kMaxRangeItems = 100000;
@@ -234,6 +244,24 @@ class Renderer {
   enum class Flow { Normal, Break, Continue };
   using Scope = std::vector<std::pair<std::string, Value>>;
 
+  // Counts the statements and expressions being evaluated inside each other.
+  class DepthGuard {
+   public:
+    explicit DepthGuard(uint64_t *depth) : depth_(depth) { ++*depth_; }
+    ~DepthGuard() { --*depth_; }
+    DepthGuard(const DepthGuard &) = delete;
+    DepthGuard &operator=(const DepthGuard &) = delete;
+
+   private:
+    uint64_t *depth_;
+  };
+  static Error too_deep(int line) {
+    return make_error(ErrorKind::Unsupported,
+                      util::strprintf("line %d: statements and expressions nested more than %llu deep while rendering "
+                                      "(macros calling each other?)",
+                                      line, static_cast<unsigned long long>(kMaxRenderDepth)));
+  }
+
   static Error fail(int line, const std::string &message) {
     return make_error(ErrorKind::InvalidArgument, util::strprintf("line %d: %s", line, message.c_str()));
   }
@@ -321,6 +349,8 @@ class Renderer {
 
   Error exec(const Stmt &stmt) {
     if (Error e = step(stmt.line)) return e;
+    const DepthGuard guard(&depth_);
+    if (depth_ > kMaxRenderDepth) return too_deep(stmt.line);
     switch (stmt.kind) {
       case Stmt::Kind::Text: return emit(stmt.line, stmt.text);
       case Stmt::Kind::Output: {
@@ -432,7 +462,27 @@ class Renderer {
     return {};
   }
 
-  Error exec_for(const Stmt &stmt) {
+  // The `loop` variable of iteration i over items (out of line: its temporaries would
+  // otherwise take kilobytes of every for-loop level's stack frame).
+  [[gnu::noinline]] static Value loop_value(const std::vector<Value> &items, int64_t i) {
+    const auto length = static_cast<int64_t>(items.size());
+    DictItems loop;
+    loop.reserve(11);
+    loop.emplace_back("index", Value::from_int(i + 1));
+    loop.emplace_back("index0", Value::from_int(i));
+    loop.emplace_back("revindex", Value::from_int(length - i));
+    loop.emplace_back("revindex0", Value::from_int(length - i - 1));
+    loop.emplace_back("first", Value::from_bool(i == 0));
+    loop.emplace_back("last", Value::from_bool(i == length - 1));
+    loop.emplace_back("length", Value::from_int(length));
+    loop.emplace_back("depth", Value::from_int(1));
+    loop.emplace_back("depth0", Value::from_int(0));
+    loop.emplace_back("previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined("'loop.previtem'"));
+    loop.emplace_back("nextitem", i + 1 < length ? items[static_cast<size_t>(i + 1)] : Value::undefined("'loop.nextitem'"));
+    return Value::from_dict(std::move(loop));
+  }
+
+  [[gnu::noinline]] Error exec_for(const Stmt &stmt) {
     Value iterable;
     if (Error e = eval(*stmt.expr, &iterable)) return e;
     std::vector<Value> all;
@@ -458,20 +508,7 @@ class Renderer {
         return over_limit(stmt.line, "the render's for-loop iterations", limits_.max_loop_iterations,
                           "max_loop_iterations");
       scopes_.emplace_back();
-      DictItems loop = {
-          {"index", Value::from_int(i + 1)},
-          {"index0", Value::from_int(i)},
-          {"revindex", Value::from_int(length - i)},
-          {"revindex0", Value::from_int(length - i - 1)},
-          {"first", Value::from_bool(i == 0)},
-          {"last", Value::from_bool(i == length - 1)},
-          {"length", Value::from_int(length)},
-          {"depth", Value::from_int(1)},
-          {"depth0", Value::from_int(0)},
-          {"previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined("'loop.previtem'")},
-          {"nextitem", i + 1 < length ? items[static_cast<size_t>(i + 1)] : Value::undefined("'loop.nextitem'")},
-      };
-      assign("loop", Value::from_dict(std::move(loop)));
+      assign("loop", loop_value(items, i));
       Error e = bind_targets(stmt, items[static_cast<size_t>(i)]);
       if (!e) e = exec(stmt.body);
       scopes_.pop_back();
@@ -490,6 +527,8 @@ class Renderer {
 
   Error eval(const Expr &expr, Value *out) {
     if (Error e = step(expr.line)) return e;
+    const DepthGuard guard(&depth_);
+    if (depth_ > kMaxRenderDepth) return too_deep(expr.line);
     if (Error e = eval_node(expr, out)) return e;
     return check_value(expr.line, *out);
   }
@@ -682,6 +721,7 @@ class Renderer {
       const std::string &fn = expr.a->name;
       if (const Stmt *macro = find_macro(fn)) return call_macro(expr.line, *macro, args, kwargs, out);
       if (!is_known_global_function(fn)) return fail(expr.line, "'" + fn + "' is undefined");  // a macro not yet defined
+      if (fn == "strftime_now") return strftime_now(expr.line, args, out);
       if (fn == "raise_exception") {
         // transformers raises TemplateError(message): the caller gets exactly the message.
         raised_ = true;
@@ -726,6 +766,27 @@ class Renderer {
     return call_method(expr.line, object, expr.a->name, args, kwargs, out);
   }
 
+  // transformers' strftime_now(format): datetime.now().strftime(format), the local time.
+  // Python hands the format to the C library's strftime, as this does.
+  static Error strftime_now(int line, const std::vector<Value> &args, Value *out) {
+    if (args.size() != 1 || !args[0].is_string()) return fail(line, "strftime_now() takes one string, the format");
+    const std::string &format = args[0].string;
+    if (format.size() > kMaxTimeFormatBytes || format.find('\0') != std::string::npos)
+      return fail(line, util::strprintf("strftime_now(): the format must be at most %zu bytes, without NUL",
+                                        kMaxTimeFormatBytes));
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    if (localtime_r(&now, &local) == nullptr) return fail(line, "strftime_now(): the local time is unavailable");
+    // 16 KiB holds any result but one padded by huge widths (%_9999Y), which comes back empty
+    // (strftime's 0) instead of failing.
+    std::string result(16384, '\0');
+    const size_t n = format.empty() ? 0 : std::strftime(result.data(), result.size(), format.c_str(), &local);
+    result.resize(n);
+    if (!utf8_is_valid(result)) result = utf8_replace_invalid(result);
+    *out = Value::from_string(std::move(result));
+    return {};
+  }
+
   const Stmt *find_macro(const std::string &name) const {
     for (const auto &[k, definition] : macros_)
       if (k == name) return definition;
@@ -737,7 +798,7 @@ class Renderer {
   // loop variables; what it renders is the call's value, a string. Positional arguments fill
   // the parameters in order, keywords by name, then defaults (evaluated now, seeing the
   // parameters before them); a parameter left without any is undefined.
-  Error call_macro(int line, const Stmt &macro, const std::vector<Value> &args,
+  [[gnu::noinline]] Error call_macro(int line, const Stmt &macro, const std::vector<Value> &args,
                    const std::vector<std::pair<std::string, Value>> &kwargs, Value *out) {
     const std::string &name = macro.targets[0];
     if (macro_depth_ >= kMaxMacroCallDepth)
@@ -1194,6 +1255,7 @@ class Renderer {
   std::vector<Scope> scopes_;
   std::vector<std::pair<std::string, const Stmt *>> macros_;  // defined so far, by name
   uint64_t macro_depth_ = 0;
+  uint64_t depth_ = 0;  // statements and expressions being evaluated (DepthGuard)
   std::string *out_ = nullptr;
   Flow flow_ = Flow::Normal;
   bool raised_ = false;

@@ -769,7 +769,7 @@ class ExprParser {
           if (!is_macro && !is_known_global_function((*out)->name))
             return unsupported(line, "function \"" + (*out)->name +
                                          "\" is not supported (supported: raise_exception, range, namespace, dict, "
-                                         "and the template's own macros)");
+                                         "strftime_now, and the template's own macros)");
         } else if ((*out)->kind == Expr::Kind::GetAttr) {
           if (!is_known_method((*out)->name))
             return unsupported(line, "method \"." + (*out)->name +
@@ -1119,7 +1119,8 @@ bool is_known_test(const std::string &name) {
 }
 
 bool is_known_global_function(const std::string &name) {
-  return name == "raise_exception" || name == "range" || name == "namespace" || name == "dict";
+  return name == "raise_exception" || name == "range" || name == "namespace" || name == "dict" ||
+         name == "strftime_now";
 }
 
 bool is_known_method(const std::string &name) {

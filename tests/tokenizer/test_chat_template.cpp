@@ -5,6 +5,7 @@
 // gives the rendering. tests/tokenizer/fixtures/chat_extra.json (make_extra_fixtures.py) holds
 // templates written to exercise the rest of the supported Jinja subset, rendered by the same
 // transformers code.
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -126,9 +127,9 @@ TEST_CASE("a template needing more than the subset is refused, naming the constr
   CHECK_THAT(e.message, Catch::Contains("line 2: {% macro %} inside a for loop, a block set or a macro is not supported"));
   e = parse_error("{% macro greet(name) %}hi{% endmacro %}{% call greet('x') %}body{% endcall %}");
   CHECK_THAT(e.message, Catch::Contains("{% call %} is not supported"));
-  e = parse_error("a\n{{ strftime_now('%Y') }}");
+  e = parse_error("a\n{{ utcnow('%Y') }}");
   CHECK(e.kind == colibri::ErrorKind::Unsupported);
-  CHECK_THAT(e.message, Catch::Contains("line 2: function \"strftime_now\" is not supported"));
+  CHECK_THAT(e.message, Catch::Contains("line 2: function \"utcnow\" is not supported"));
   e = parse_error("{{ messages | map(attribute='role') | join(',') }}");
   CHECK_THAT(e.message, Catch::Contains("filter \"map\" is not supported"));
   e = parse_error("{% include 'other.jinja' %}");
@@ -162,14 +163,28 @@ TEST_CASE("macro calls are checked as Jinja checks them, and cannot recurse with
   // so does mutual recursion.
   e = render_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
   CHECK(e.kind == colibri::ErrorKind::Unsupported);
-  CHECK_THAT(e.message, Catch::Contains("macro 'f': macro calls nested more than 8 deep"));
+  CHECK_THAT(e.message, Catch::Contains("macro 'f': macro calls nested more than 32 deep"));
   e = render_error("{% macro a() %}{{ b() }}{% endmacro %}{% macro b() %}{{ a() }}{% endmacro %}{{ a() }}");
-  CHECK_THAT(e.message, Catch::Contains("macro calls nested more than 8 deep"));
-  // Eight levels are fine.
-  auto tpl = parse_ok("{% macro f(n) %}{% if n < 8 %}{{ n }}{{ f(n + 1) }}{% endif %}{% endmacro %}{{ f(1) }}");
+  CHECK_THAT(e.message, Catch::Contains("macro calls nested more than 32 deep"));
+  // 32 levels are fine.
+  auto tpl = parse_ok("{% macro f(n) %}{% if n < 32 %}{{ n }},{{ f(n + 1) }}{% endif %}{% endmacro %}{{ f(1) }}");
   std::string out;
   REQUIRE(tpl->render({}, false, "", "", &out).ok());
-  CHECK(out == "1234567");
+  CHECK(out.rfind("30,31,") == out.size() - 6);
+  // What bounds the stack is the depth of everything being evaluated: macros whose bodies nest
+  // deep stop there, well before 32 calls (each level here is about 52 deep).
+  std::string nested_body;
+  for (int k = 0; k < 50; ++k) nested_body += "{% if true %}";
+  nested_body += "{{ f(n + 1) }}";
+  for (int k = 0; k < 50; ++k) nested_body += "{% endif %}";
+  e = render_error("{% macro f(n) %}" + nested_body + "{% endmacro %}{{ f(0) }}");
+  CHECK(e.kind == colibri::ErrorKind::Unsupported);
+  CHECK_THAT(e.message, Catch::Contains("nested more than 256 deep while rendering"));
+  // The same with expressions: 60 `not` around each recursive call (the deepest frames).
+  std::string nots;
+  for (int k = 0; k < 60; ++k) nots += "not ";
+  e = render_error("{% macro f(n) %}{{ " + nots + "f(n + 1) }}{% endmacro %}{{ f(0) }}");
+  CHECK_THAT(e.message, Catch::Contains("nested more than 256 deep while rendering"));
   // Errors inside a macro leave the caller's scopes intact for the next render.
   e = render_error("{% macro m() %}{{ nothing.here }}{% endmacro %}{% for x in [1] %}{{ m() }}{% endfor %}");
   CHECK(e.message == "chat template: line 1: 'nothing' is undefined");
@@ -180,6 +195,26 @@ TEST_CASE("macro calls are checked as Jinja checks them, and cannot recurse with
   CHECK_THAT(parse_error("{% macro m() %}x").message, Catch::Contains("missing {% endmacro %}"));
   CHECK_THAT(parse_error("{% endmacro %}").message, Catch::Contains("{% endmacro %} without its opening tag"));
   CHECK(parse_ok("{% macro m() %}x{% endmacro m %}{{ m() }}") != nullptr);
+}
+
+TEST_CASE("strftime_now gives the local time as transformers' does (gpt-oss's template prints the date)", "[chat]") {
+  auto today = [] {
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    char text[32];
+    return std::string(text, std::strftime(text, sizeof text, "%Y-%m-%d", &local));
+  };
+  auto tpl = parse_ok("Current date: {{ strftime_now('%Y-%m-%d') }}|{{ strftime_now('') }}|{{ strftime_now('%%') }}");
+  const std::string before = today();
+  std::string out;
+  REQUIRE(tpl->render({}, false, "", "", &out).ok());
+  const std::string after = today();  // a render across midnight may print either day
+  CHECK((out == "Current date: " + before + "||%" || out == "Current date: " + after + "||%"));
+  tpl = parse_ok("{{ strftime_now(1) }}");
+  CHECK(tpl->render({}, false, "", "", &out).message == "chat template: line 1: strftime_now() takes one string, the format");
+  tpl = parse_ok("{{ strftime_now('%Y' * 200) }}");
+  CHECK_THAT(tpl->render({}, false, "", "", &out).message, Catch::Contains("the format must be at most 256 bytes"));
 }
 
 TEST_CASE("extra variables keep their objects' key order, as a Python dict from json.loads does", "[chat]") {
