@@ -29,13 +29,18 @@ inline constexpr uint64_t kMagicDisplay = 0x434F4C4942524900ull;  // bytes in fi
 
 // Format versions. A reader opens every version in [kMinReadableVersion, kFormatVersion].
 // Version 2 added the dtypes Q4, Q8F16 and MXFP4 and nothing else: the layout of the header,
-// the directory and every version-1 dtype is unchanged. The writer stamps the lowest version
-// that can hold the image's dtypes (min_version_for), so an image of f32/f16/bf16/q8 tensors
-// is still a version-1 file that older builds open; a version-1 file that names a version-2
-// dtype is refused as damaged.
-inline constexpr uint32_t kFormatVersion = 2;
+// the directory and every version-1 dtype is unchanged. Version 3 added model semantics and
+// no layout: the metadata keys and tensors of the families glm4_moe, minimax_m2, gpt_oss and
+// deepseek_v3 (sigmoid group-limited routing, attention sinks and biases, clamped SwiGLU,
+// multi-head latent attention, kept MTP layers). The writer stamps the lowest version that
+// can hold the image's dtypes (min_version_for) and its model (ModelHeaderFields::min_version,
+// which core/model/header_fields.cpp derives from the model metadata), so an image of
+// f32/f16/bf16/q8 tensors of an older family is still a version-1 file that older builds
+// open; a file whose version is lower than its dtypes or its model need is refused as damaged.
+inline constexpr uint32_t kFormatVersion = 3;
 inline constexpr uint32_t kMinReadableVersion = 1;
 inline constexpr uint32_t kFirstVersionWithQ4 = 2;  // also Q8F16 and MXFP4
+inline constexpr uint32_t kFirstVersionWithV3Families = 3;  // glm4_moe, minimax_m2, gpt_oss, deepseek_v3
 
 inline constexpr uint64_t kHeaderSize = 256;
 inline constexpr uint64_t kTensorEntrySize = 128;

@@ -82,9 +82,14 @@ Error ImageWriter::begin(const std::string &path, const WriterOptions &options, 
 
   header_ = FileHeader{};
   std::memcpy(header_.magic, kMagic, sizeof kMagic);
-  // The lowest version that holds every dtype of the image (format.h): images without the
-  // version-2 dtypes stay version 1, which builds before version 2 still open.
-  header_.version = 1;
+  // The lowest version that holds every dtype of the image and its model (format.h): images
+  // of older families without the version-2 dtypes stay version 1, which older builds open.
+  if (fields.min_version < 1 || fields.min_version > kFormatVersion)
+    return make_error(ErrorKind::InvalidArgument,
+                      strprintf("image writer: the model needs format version %u, which this build does not write "
+                                "(1..%u)",
+                                fields.min_version, kFormatVersion));
+  header_.version = fields.min_version;
   for (const TensorSpec &s : specs_) header_.version = std::max(header_.version, min_version_for(s.dtype));
   header_.header_size = static_cast<uint32_t>(kHeaderSize);
   header_.expert_count = fields.expert_count;

@@ -34,6 +34,9 @@ struct ModelHeaderFields {
   uint64_t top_k = 0;
   uint64_t layer_count = 0;
   std::string gate_tensor_name;  // tensor whose offset becomes gate_weight_offset ("" = none)
+  // The lowest format version whose model semantics the image's metadata uses (format.h);
+  // the header's version is the larger of this and what its dtypes need.
+  uint32_t min_version = 1;
 };
 
 struct WriterOptions {

@@ -9,8 +9,16 @@ namespace colibri::model {
 
 using util::strprintf;
 
+uint32_t min_format_version(const ModelConfig &config) {
+  const std::string &f = config.family;
+  if (f == kFamilyGlm4Moe || f == kFamilyMinimaxM2 || f == kFamilyGptOss || f == kFamilyDeepseekV3)
+    return image::kFirstVersionWithV3Families;
+  return 1;
+}
+
 image::ModelHeaderFields header_fields(const ModelConfig &config, const std::vector<image::TensorSpec> &tensors) {
   image::ModelHeaderFields fields;
+  fields.min_version = min_format_version(config);
   fields.hidden_size = config.hidden_size;
   fields.layer_count = config.layer_count;
   for (uint64_t layer = 0; layer < config.layer_count && layer < config.layer_is_moe.size(); ++layer) {
@@ -41,6 +49,13 @@ Error check_header_fields(const image::Image &image, const ModelConfig &config) 
     if (gate) gate_offset = gate->offset;
   }
   const image::FileHeader &h = image.header();
+  if (h.version < want.min_version)
+    return make_error(ErrorKind::Corrupt,
+                      strprintf("'%s': model family '%s' needs image format version %u, but the image says version %u: "
+                                "a faulty writer or a hand edit (a build older than version %u would misread it). "
+                                "Re-convert the checkpoint, or rewrite the header with colibri-model repack IN OUT",
+                                image.path().c_str(), config.family.c_str(), want.min_version, h.version,
+                                want.min_version));
   struct Field {
     const char *name;
     uint64_t stored, implied;

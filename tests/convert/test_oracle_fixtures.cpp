@@ -418,6 +418,35 @@ TEST_CASE("gpt-oss converts: fused experts sliced and transposed, biases, sinks,
   CHECK(q8->find("blk.0.attn_sinks")->dtype == image::DType::F32);
 }
 
+TEST_CASE("images of the version-3 families are version 3, and one that says less is refused, naming the version",
+          "[convert][oracle][version]") {
+  // format.h: glm4_moe, minimax_m2, gpt_oss and deepseek_v3 images carry model semantics that
+  // a version-2 build cannot know; the older families' f32 images stay version 1.
+  const std::pair<const char *, uint32_t> cases[] = {{"mixtral_gqa", 1},  {"qwen3_moe_qknorm", 1},
+                                                     {"glm4_moe_groups", 3}, {"minimax_m2_sigmoid", 3},
+                                                     {"gpt_oss_sinks", 3},   {"deepseek_v3_mla", 3}};
+  for (const auto &[name, version] : cases) {
+    INFO(name);
+    testing::ScopedTempDir tmp("oracle-version");
+    REQUIRE_FALSE(testing::convert(fixture_dir(name), tmp / "m.colibri"));
+    auto bytes = testing::read_file(tmp / "m.colibri");
+    image::FileHeader h;
+    std::memcpy(&h, bytes.data(), sizeof h);
+    CHECK(h.version == version);
+    if (version < 3) continue;
+    // The same image stamped version 2 (checksum refreshed: only the version is wrong).
+    h.version = 2;
+    std::memcpy(bytes.data(), &h, sizeof h);
+    REQUIRE(testing::refresh_header_checksum(bytes));
+    testing::write_file(tmp / "v2.colibri", bytes);
+    Error e;
+    auto model = model::Model::from_image(testing::open_image(tmp / "v2.colibri"), &e);
+    CHECK(model == nullptr);
+    CHECK(e.kind == ErrorKind::Corrupt);
+    CHECK_THAT(e.message, Catch::Contains("needs image format version 3, but the image says version 2"));
+  }
+}
+
 TEST_CASE("DeepSeek-V3 converts: MLA's kv_b_proj cut per head (keys transposed), ranks, scale, router", "[convert][oracle]") {
   for (const char *name : {"deepseek_v3_mla", "deepseek_v3_direct_q"}) {
     SECTION(name) {
