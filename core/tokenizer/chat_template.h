@@ -29,8 +29,8 @@
 //   methods      str: strip lstrip rstrip split startswith endswith upper lower title
 //                capitalize replace; dict: items keys values get
 // Anything else ({% call %}, a macro inside a loop, {% include %}, {% generation %}, unknown
-// filters, ...) is refused by parse() with a message naming it and its
-// line. A macro's varargs / kwargs / caller are not provided (they are undefined).
+// filters, ...) is refused by parse() with a message naming it and its line. A macro's
+// varargs / kwargs / caller are not provided (they are undefined).
 //
 // Known differences from Python (none matter for the supported families' templates): tuples
 // print as lists ("[1, 2]" not "(1, 2)"); upper/lower/title use single-code-point case

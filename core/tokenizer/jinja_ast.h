@@ -16,6 +16,19 @@
 
 namespace colibri::tokenizer::jinja {
 
+// Counts one level of nesting for as long as it lives (the parser's recursion, the
+// renderer's).
+class NestingGuard {
+ public:
+  explicit NestingGuard(uint32_t *depth) : depth_(depth) { ++*depth_; }
+  ~NestingGuard() { --*depth_; }
+  NestingGuard(const NestingGuard &) = delete;
+  NestingGuard &operator=(const NestingGuard &) = delete;
+
+ private:
+  uint32_t *depth_;
+};
+
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
 

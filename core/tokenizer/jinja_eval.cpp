@@ -32,7 +32,7 @@ constexpr uint64_t kMaxMacroCallDepth = 32;
 // and 16 KB under ASan, so 256 levels stay under 0.5 MB and 4 MB of a default 8 MB thread
 // stack. Without macros a render stays under 2 x max_nesting_depth (the parser's limit, 128
 // by default), so only macro calls reach this; gpt-oss's schema macro uses about 8 a level.
-constexpr uint64_t kMaxRenderDepth = 256;
+constexpr uint32_t kMaxRenderDepth = 256;
 
 // strftime_now(format): the format is at most this long.
 constexpr size_t kMaxTimeFormatBytes = 256;
@@ -244,17 +244,6 @@ class Renderer {
   enum class Flow { Normal, Break, Continue };
   using Scope = std::vector<std::pair<std::string, Value>>;
 
-  // Counts the statements and expressions being evaluated inside each other.
-  class DepthGuard {
-   public:
-    explicit DepthGuard(uint64_t *depth) : depth_(depth) { ++*depth_; }
-    ~DepthGuard() { --*depth_; }
-    DepthGuard(const DepthGuard &) = delete;
-    DepthGuard &operator=(const DepthGuard &) = delete;
-
-   private:
-    uint64_t *depth_;
-  };
   static Error too_deep(int line) {
     return make_error(ErrorKind::Unsupported,
                       util::strprintf("line %d: statements and expressions nested more than %llu deep while rendering "
@@ -349,7 +338,7 @@ class Renderer {
 
   Error exec(const Stmt &stmt) {
     if (Error e = step(stmt.line)) return e;
-    const DepthGuard guard(&depth_);
+    const NestingGuard guard(&depth_);
     if (depth_ > kMaxRenderDepth) return too_deep(stmt.line);
     switch (stmt.kind) {
       case Stmt::Kind::Text: return emit(stmt.line, stmt.text);
@@ -527,7 +516,7 @@ class Renderer {
 
   Error eval(const Expr &expr, Value *out) {
     if (Error e = step(expr.line)) return e;
-    const DepthGuard guard(&depth_);
+    const NestingGuard guard(&depth_);
     if (depth_ > kMaxRenderDepth) return too_deep(expr.line);
     if (Error e = eval_node(expr, out)) return e;
     return check_value(expr.line, *out);
@@ -1255,7 +1244,7 @@ class Renderer {
   std::vector<Scope> scopes_;
   std::vector<std::pair<std::string, const Stmt *>> macros_;  // defined so far, by name
   uint64_t macro_depth_ = 0;
-  uint64_t depth_ = 0;  // statements and expressions being evaluated (DepthGuard)
+  uint32_t depth_ = 0;  // statements and expressions being evaluated (NestingGuard)
   std::string *out_ = nullptr;
   Flow flow_ = Flow::Normal;
   bool raised_ = false;

@@ -34,18 +34,6 @@ Error too_deep(int line, const char *what, uint32_t limit) {
                                            what, limit));
 }
 
-// Counts one level of nesting for as long as it lives.
-class NestingGuard {
- public:
-  explicit NestingGuard(uint32_t *depth) : depth_(depth) { ++*depth_; }
-  ~NestingGuard() { --*depth_; }
-  NestingGuard(const NestingGuard &) = delete;
-  NestingGuard &operator=(const NestingGuard &) = delete;
-
- private:
-  uint32_t *depth_;
-};
-
 // Python's str.isspace() for the character at text[pos] (valid UTF-8); *n its length.
 bool is_space_at(std::string_view text, size_t pos, size_t *n) {
   const uint32_t cp = utf8_decode(text, pos, n);
@@ -975,7 +963,7 @@ class StatementParser {
       if (p.is_name("recursive")) return unsupported(segment.line, "recursive for loops are not supported");
       if (Error e = p.expect_end()) return e;
       std::string terminator;
-      ScopedFlag in_loop(&in_scope_);
+      NestingGuard in_loop(&scope_depth_);
       if (Error e = body(&stmt->body, {"else", "endfor"}, &terminator)) return e;
       ++index_;
       if (terminator == "else") {
@@ -995,7 +983,7 @@ class StatementParser {
         if (!stmt->set_attribute.empty()) return unsupported(segment.line, "block set of an attribute is not supported");
         stmt->kind = Stmt::Kind::SetBlock;
         std::string terminator;
-        ScopedFlag in_block(&in_scope_);
+        NestingGuard in_block(&scope_depth_);
         if (Error e = body(&stmt->body, {"endset"}, &terminator)) return e;
         ++index_;
       } else {
@@ -1038,7 +1026,7 @@ class StatementParser {
   // only place real templates define them; one inside a loop, a block set or another macro
   // would be local to it in Jinja, and is refused.
   Error macro(const Segment &segment, ExprParser *p, Stmt *stmt) {
-    if (in_scope_) {
+    if (scope_depth_ > 0) {
       return unsupported(segment.line,
                          "{% macro %} inside a for loop, a block set or a macro is not supported (define it at the "
                          "top level)");
@@ -1071,7 +1059,7 @@ class StatementParser {
     p->next();
     if (Error e = p->expect_end()) return e;
     std::string terminator;
-    ScopedFlag in_macro(&in_scope_);
+    NestingGuard in_macro(&scope_depth_);
     if (Error e = body(&stmt->body, {"endmacro"}, &terminator)) return e;
     ExprParser end(segments_[index_++].tokens, max_depth_, &macro_names_);
     end.next();
@@ -1079,25 +1067,12 @@ class StatementParser {
     return end.expect_end();
   }
 
-  // Sets a flag for the lifetime of the guard (nested uses keep it set).
-  class ScopedFlag {
-   public:
-    explicit ScopedFlag(bool *flag) : flag_(flag), saved_(*flag) { *flag_ = true; }
-    ~ScopedFlag() { *flag_ = saved_; }
-    ScopedFlag(const ScopedFlag &) = delete;
-    ScopedFlag &operator=(const ScopedFlag &) = delete;
-
-   private:
-    bool *flag_;
-    bool saved_;
-  };
-
   std::vector<Segment> segments_;
   size_t index_ = 0;
   uint32_t max_depth_;
   uint32_t block_depth_ = 0;
   std::set<std::string> macro_names_;
-  bool in_scope_ = false;  // inside a for loop, a block set or a macro body
+  uint32_t scope_depth_ = 0;  // for loops, block sets and macro bodies around the current statement
 };
 
 }  // namespace
