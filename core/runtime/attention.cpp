@@ -102,6 +102,173 @@ void clip(float *row, size_t n, float limit) {
 
 }  // namespace
 
+// What attend() needs of an attention form. A task is up to `group` query heads of one entry
+// that read the same cache rows: a KV head's group (GQA), or up to kMlaHeadsPerTask heads of the
+// one latent row (MLA). Task k of an entry holds heads [k·group, min(heads, (k + 1)·group)).
+struct Session::AttentionLayout {
+  size_t heads = 0;            // query heads per entry
+  size_t group = 0;            // query heads per task
+  size_t tasks_per_entry = 0;  // ceil(heads / group)
+  const float *q = nullptr;    // head h of entry t: q + t·q_entry + h·q_head
+  size_t q_entry = 0, q_head = 0;
+  size_t key_dim = 0;          // length of a score's dot product
+  size_t task_offset = 0;      // task k's keys start k·task_offset floats into a cache row
+  size_t value_offset = 0;     // from a key to its value, in cache elements
+  size_t value_dim = 0;        // output dims per head
+  float *out = nullptr;        // head h of entry t: out + t·out_entry + h·out_head
+  size_t out_entry = 0, out_head = 0;
+  const float *sinks = nullptr;  // one extra logit per head (gpt-oss), or null
+  size_t window = 0;             // a sliding layer's window; 0: every position up to the query's
+  float scale = 1.0f;
+};
+
+// Every query head of every entry over the positions [first, end) it sees: scores, the floored
+// softmax (with the sink), then the probability-weighted values summed in ascending position
+// from zero. The cache is read in runs of kAttentionRunRows positions that never cross a block
+// or a ring's wrap; a score depends on its query and key row only and each output element is
+// one fma chain in ascending position, so neither the runs, nor the tiles, nor the split
+// change a bit (tests/unit/attention_test.cpp).
+//   Tiles (prefill): a task is one KV head (or MLA head group) of up to attention_tile_tokens
+//   consecutive entries of one sequence; each run of keys, then of values, is read (an f16
+//   run widened) once for all of them. The tile's score rows are the thread's scores buffer.
+//   Split (a batch with fewer tasks than threads, positions > kAttentionSplitRows): three
+//   parallel passes, scores over slices of positions, the softmax per head, and the values
+//   over slices of kAttentionSplitDims dims, so that one decode step uses every thread.
+void Session::attend(const AttentionLayout &l, uint32_t layer, const BatchEntry *entries, size_t count) {
+  Buffers &b = *buffers_;
+  KvCache &kv = *kv_;
+  const bool f16_cache = options_.kv_dtype == KvDtype::F16;
+  const size_t B = kv.block_tokens(), layer_rows = kv.layer_rows(layer), KV = model_.kv_dim();
+  const size_t stride = Buffers::score_stride(options_), group = l.group, tasks = l.tasks_per_entry;
+  const size_t task_rows = group * stride, threads = pool_->thread_count();
+  const size_t widened_per_thread = f16_cache ? b.kv_rows.size() / threads : 0;
+  auto first_of = [&](size_t t) {
+    const size_t end = size_t(entries[t].position) + 1;
+    return l.window && end > l.window ? end - l.window : 0;
+  };
+  auto end_of = [&](size_t t) { return size_t(entries[t].position) + 1; };
+  auto query = [&](size_t t, size_t h) { return l.q + t * l.q_entry + h * l.q_head; };
+  auto output = [&](size_t t, size_t h) { return l.out + t * l.out_entry + h * l.out_head; };
+  // fn(p0, len, cache offset of p0's row) for the runs of positions [lo, hi) of a sequence.
+  auto for_each_run = [&](const uint32_t *table, size_t lo, size_t hi, auto &&fn) {
+    for (size_t p0 = lo; p0 < hi;) {
+      const size_t len = std::min({kAttentionRunRows, layer_rows - p0 % layer_rows, hi - p0});
+      fn(p0, len, kv.offset(table[p0 / B], layer) + (p0 % layer_rows) * KV);
+      p0 += len;
+    }
+  };
+  // `width` dims of `len` cache rows from offset `at` as f32 rows *row_stride apart: the cache
+  // itself, or an f16 cache's rows widened into the thread's kv_rows.
+  auto rows_of = [&](size_t at, size_t len, size_t width, size_t thread, size_t *row_stride) -> const float * {
+    if (!f16_cache) {
+      *row_stride = KV;
+      return kv.f32() + at;
+    }
+    float *rows = &b.kv_rows[thread * widened_per_thread];
+    for (size_t r = 0; r < len; ++r) kernels_->f16_to_f32(kv.f16() + at + r * KV, rows + r * width, width);
+    *row_stride = width;
+    return rows;
+  };
+  // The floored softmax of g heads' rows of n scores (from head h0), with their sinks.
+  auto softmax = [&](float *rows, size_t h0, size_t g, size_t n) {
+    if (l.sinks) {
+      for (size_t i = 0; i < g; ++i) rows[i * stride + n] = l.sinks[h0 + i];
+      kernels_->attention_softmax(rows, stride, g, n + 1);
+    } else {
+      kernels_->attention_softmax(rows, stride, g, n);
+    }
+  };
+
+  size_t longest = 0;
+  for (size_t t = 0; t < count; ++t) longest = std::max(longest, end_of(t) - first_of(t));
+  if (count * tasks < threads && longest > kAttentionSplitRows) {
+    ++stats_.attention_split;
+    // Entry t's task k keeps its score rows at task_scores(t, k): count·tasks < threads task
+    // rows fit the buffer of threads · tile tokens of them.
+    auto task_scores = [&](size_t t, size_t k) { return &b.scores[(t * tasks + k) * task_rows]; };
+    const size_t slices = (longest + kAttentionSplitRows - 1) / kAttentionSplitRows;
+    pool_->parallel_for(count * tasks * slices, [&](size_t task, size_t thread) {
+      const size_t s = task % slices, k = task / slices % tasks, t = task / slices / tasks;
+      const size_t first = first_of(t), end = end_of(t), lo = first + s * kAttentionSplitRows;
+      if (lo >= end) return;
+      const size_t h0 = k * group, g = std::min(group, l.heads - h0);
+      float *scores = task_scores(t, k);
+      for_each_run(kv.blocks(entries[t].sequence), lo, std::min(end, lo + kAttentionSplitRows),
+                   [&](size_t p0, size_t len, size_t at) {
+                     size_t rs = 0;
+                     const float *keys = rows_of(at + k * l.task_offset, len, l.key_dim, thread, &rs);
+                     kernels_->attention_scores(query(t, h0), l.q_head, g, keys, rs, len, l.key_dim, l.scale,
+                                                scores + (p0 - first), stride);
+                   });
+    });
+    pool_->parallel_for(count * l.heads, [&](size_t task, size_t) {
+      const size_t t = task / l.heads, h = task % l.heads;
+      softmax(task_scores(t, h / group) + h % group * stride, h, 1, end_of(t) - first_of(t));
+    });
+    const size_t dim_slices = (l.value_dim + kAttentionSplitDims - 1) / kAttentionSplitDims;
+    pool_->parallel_for(count * tasks * dim_slices, [&](size_t task, size_t thread) {
+      const size_t s = task % dim_slices, k = task / dim_slices % tasks, t = task / dim_slices / tasks;
+      const size_t h0 = k * group, g = std::min(group, l.heads - h0), first = first_of(t);
+      const size_t d0 = s * kAttentionSplitDims, width = std::min(kAttentionSplitDims, l.value_dim - d0);
+      float *out = output(t, h0) + d0;
+      for (size_t i = 0; i < g; ++i) std::fill(out + i * l.out_head, out + i * l.out_head + width, 0.0f);
+      const float *probs = task_scores(t, k);
+      for_each_run(kv.blocks(entries[t].sequence), first, end_of(t), [&](size_t p0, size_t len, size_t at) {
+        size_t rs = 0;
+        const float *values = rows_of(at + k * l.task_offset + l.value_offset + d0, len, width, thread, &rs);
+        kernels_->attention_values_accumulate(probs + (p0 - first), stride, g, values, rs, len, width, out, l.out_head);
+      });
+    });
+    return;
+  }
+
+  // Tiles: runs of consecutive entries of one sequence, at most tile_cap long.
+  const size_t tile_cap = Buffers::attention_tile_tokens(model_.config(), options_);
+  uint32_t *tiles = b.attention_tiles.data();
+  size_t tile_count = 0;
+  for (size_t t = 0; t < count; ++t)
+    if (t == 0 || entries[t].sequence != entries[t - 1].sequence || t - tiles[tile_count - 1] == tile_cap)
+      tiles[tile_count++] = static_cast<uint32_t>(t);
+  tiles[tile_count] = static_cast<uint32_t>(count);
+  for (size_t i = 0; i < tile_count; ++i) stats_.attention_tiles += tiles[i + 1] - tiles[i] > 1;
+  pool_->parallel_for(tile_count * tasks, [&](size_t task, size_t thread) {
+    const size_t tile = task / tasks, k = task % tasks, t0 = tiles[tile], t1 = tiles[tile + 1];
+    const size_t h0 = k * group, g = std::min(group, l.heads - h0);
+    const uint32_t *table = kv.blocks(entries[t0].sequence);
+    float *scores = &b.scores[thread * tile_cap * task_rows];  // entry t's rows at (t − t0)·task_rows
+    size_t lo = SIZE_MAX, hi = 0;
+    for (size_t t = t0; t < t1; ++t) {
+      lo = std::min(lo, first_of(t));
+      hi = std::max(hi, end_of(t));
+      for (size_t i = 0; i < g; ++i) std::fill_n(output(t, h0 + i), l.value_dim, 0.0f);
+    }
+    // Each entry's share [a, z) of a run [p0, p0 + len).
+    auto each_entry = [&](size_t p0, size_t len, auto &&fn) {
+      for (size_t t = t0; t < t1; ++t) {
+        const size_t first = first_of(t), a = std::max(p0, first), z = std::min(p0 + len, end_of(t));
+        if (a < z) fn(t, first, a, z);
+      }
+    };
+    for_each_run(table, lo, hi, [&](size_t p0, size_t len, size_t at) {
+      size_t rs = 0;
+      const float *keys = rows_of(at + k * l.task_offset, len, l.key_dim, thread, &rs);
+      each_entry(p0, len, [&](size_t t, size_t first, size_t a, size_t z) {
+        kernels_->attention_scores(query(t, h0), l.q_head, g, keys + (a - p0) * rs, rs, z - a, l.key_dim, l.scale,
+                                   scores + (t - t0) * task_rows + (a - first), stride);
+      });
+    });
+    for (size_t t = t0; t < t1; ++t) softmax(scores + (t - t0) * task_rows, h0, g, end_of(t) - first_of(t));
+    for_each_run(table, lo, hi, [&](size_t p0, size_t len, size_t at) {
+      size_t rs = 0;
+      const float *values = rows_of(at + k * l.task_offset + l.value_offset, len, l.value_dim, thread, &rs);
+      each_entry(p0, len, [&](size_t t, size_t first, size_t a, size_t z) {
+        kernels_->attention_values_accumulate(scores + (t - t0) * task_rows + (a - first), stride, g,
+                                              values + (a - p0) * rs, rs, z - a, l.value_dim, output(t, h0), l.out_head);
+      });
+    });
+  });
+}
+
 void Session::prepare_rope(const BatchEntry *entries, size_t count) {
   StageTimer timer(stats_, Stage::Attention);
   Buffers &b = *buffers_;
@@ -178,70 +345,28 @@ Error Session::attention(uint32_t layer, const BatchEntry *entries, size_t count
     }
   });
 
-  // Scaled dot-product attention per (token, KV head) over the positions a query sees: 0..position
-  // (causal), or on a sliding layer the last sliding_window of them. The `group` query heads that
-  // share a KV head go through one call per run of cache rows, which reads each cached key and
-  // value row once for all of them. Scores land in one row (index p − first); values accumulate
-  // run after run from zero: the bits of one call over contiguous rows (a score depends on its
-  // query and key row only; the value sums run in ascending position). An attention sink
-  // (gpt-oss) is one more logit at the end of the row: it joins the softmax and adds no value.
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const size_t stride = Buffers::score_stride(options_);
-  const size_t window = w.sliding ? c.sliding_window : 0;
-  pool_->parallel_for(count * c.kv_head_count, [&](size_t task, size_t thread) {
-    const size_t t = task / c.kv_head_count, kvh = task % c.kv_head_count, h0 = kvh * group;
-    const BatchEntry &e = entries[t];
-    const float *q = &b.q[t * Q + h0 * D];
-    const uint32_t *table = kv.blocks(e.sequence);
-    float *scores = &b.scores[thread * group * stride];
-    const size_t end = size_t(e.position) + 1, first = window && end > window ? end - window : 0, n = end - first;
-    float *out = &b.attn[t * Q + h0 * D];
-    std::fill(out, out + group * D, 0.0f);
-    // Runs of at most `max_rows` positions of [first, end) that never cross a cache block or
-    // a ring's wrap.
-    auto for_each_run = [&](size_t max_rows, auto &&fn) {
-      for (size_t p0 = first; p0 < end;) {
-        const size_t len = std::min({max_rows, layer_rows - p0 % layer_rows, end - p0});
-        fn(p0, len, kv.offset(table[p0 / B], layer) + (p0 % layer_rows) * KV + kvh * D);
-        p0 += len;
-      }
-    };
-    auto softmax = [&] {
-      if (w.attn_sinks.present()) {
-        for (size_t g = 0; g < group; ++g) scores[g * stride + n] = w.attn_sinks.data[h0 + g];
-        kernels_->attention_softmax(scores, stride, group, n + 1);
-      } else {
-        kernels_->attention_softmax(scores, stride, group, n);
-      }
-    };
-    if (f16_cache) {
-      // Runs of kF16KvChunkRows positions are widened to f32 once for all the heads of the
-      // group, then go through the f32 path's kernels: the same bits as an f32 cache holding
-      // the widened values.
-      float *rows = &b.kv_rows[thread * kF16KvChunkRows * D];
-      auto widen = [&](size_t at, size_t len) {
-        for (size_t r = 0; r < len; ++r) kernels_->f16_to_f32(kv.f16() + at + r * KV, rows + r * D, D);
-      };
-      for_each_run(kF16KvChunkRows, [&](size_t p0, size_t len, size_t at) {
-        widen(at, len);
-        kernels_->attention_scores(q, D, group, rows, D, len, D, scale, scores + (p0 - first), stride);
-      });
-      softmax();
-      for_each_run(kF16KvChunkRows, [&](size_t p0, size_t len, size_t at) {
-        widen(at + value_off, len);
-        kernels_->attention_values_accumulate(scores + (p0 - first), stride, group, rows, D, len, D, out, D);
-      });
-    } else {
-      for_each_run(B, [&](size_t p0, size_t len, size_t at) {
-        kernels_->attention_scores(q, D, group, kv.f32() + at, KV, len, D, scale, scores + (p0 - first), stride);
-      });
-      softmax();
-      for_each_run(B, [&](size_t p0, size_t len, size_t at) {
-        kernels_->attention_values_accumulate(scores + (p0 - first), stride, group, kv.f32() + at + value_off, KV, len,
-                                              D, out, D);
-      });
-    }
-  });
+  // Scaled dot-product attention of every query head over the positions its token sees:
+  // 0..position (causal), or on a sliding layer the last sliding_window of them. The `group`
+  // query heads that share a KV head form one task of attend(). An attention sink (gpt-oss) is
+  // one more logit per head: it joins the softmax and adds no value.
+  AttentionLayout layout;
+  layout.heads = heads;
+  layout.group = group;
+  layout.tasks_per_entry = c.kv_head_count;
+  layout.q = b.q.data();
+  layout.q_entry = Q;
+  layout.q_head = D;
+  layout.key_dim = D;
+  layout.task_offset = D;
+  layout.value_offset = kv.value_offset(layer);
+  layout.value_dim = D;
+  layout.out = b.attn.data();
+  layout.out_entry = Q;
+  layout.out_head = D;
+  layout.sinks = w.attn_sinks.present() ? w.attn_sinks.data : nullptr;
+  layout.window = w.sliding ? c.sliding_window : 0;
+  layout.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  attend(layout, layer, entries, count);
 
   // Output projection and residual.
   matmul(w.attn_output, b.attn.data(), count, b.ffn_out.data(), H);
@@ -323,51 +448,27 @@ Error Session::attention_mla(uint32_t layer, const BatchEntry *entries, size_t c
   // q̃_h = attn_k_b[h] · q_nope_h, into the first R values of each absorbed row.
   per_head_matmul(w.attn_k_b, b.q.data(), Q, qh, count, b.mla_query.data(), heads * row, row);
 
-  // Scores over 0..position (causal), softmax, the weighted latents; tasks of up to
-  // kMlaHeadsPerTask heads of one token.
-  const float scale = static_cast<float>(c.attention_scale);
-  const size_t stride = Buffers::score_stride(options_), group = Buffers::attention_group(c);
-  const size_t tasks_per_token = (heads + group - 1) / group;
-  pool_->parallel_for(count * tasks_per_token, [&](size_t task, size_t thread) {
-    const size_t t = task / tasks_per_token, h0 = task % tasks_per_token * group, g = std::min(group, heads - h0);
-    const BatchEntry &e = entries[t];
-    const float *q = &b.mla_query[(t * heads + h0) * row];
-    const uint32_t *table = kv.blocks(e.sequence);
-    float *scores = &b.scores[thread * group * stride];
-    const size_t n = size_t(e.position) + 1;
-    float *out = &b.mla_context[(t * heads + h0) * R];
-    std::fill(out, out + g * R, 0.0f);
-    auto for_each_run = [&](size_t max_rows, auto &&fn) {
-      for (size_t p0 = 0; p0 < n;) {
-        const size_t len = std::min({max_rows, layer_rows - p0 % layer_rows, n - p0});
-        fn(p0, len, kv.offset(table[p0 / B], layer) + (p0 % layer_rows) * KV);
-        p0 += len;
-      }
-    };
-    if (f16_cache) {
-      float *rows = &b.kv_rows[thread * kF16KvChunkRows * KV];
-      auto widen = [&](size_t at, size_t len) {
-        for (size_t r = 0; r < len; ++r) kernels_->f16_to_f32(kv.f16() + at + r * KV, rows + r * KV, KV);
-      };
-      for_each_run(kF16KvChunkRows, [&](size_t p0, size_t len, size_t at) {
-        widen(at, len);
-        kernels_->attention_scores(q, row, g, rows, KV, len, row, scale, scores + p0, stride);
-      });
-      kernels_->attention_softmax(scores, stride, g, n);
-      for_each_run(kF16KvChunkRows, [&](size_t p0, size_t len, size_t at) {
-        widen(at, len);
-        kernels_->attention_values_accumulate(scores + p0, stride, g, rows, KV, len, R, out, R);
-      });
-    } else {
-      for_each_run(B, [&](size_t p0, size_t len, size_t at) {
-        kernels_->attention_scores(q, row, g, kv.f32() + at, KV, len, row, scale, scores + p0, stride);
-      });
-      kernels_->attention_softmax(scores, stride, g, n);
-      for_each_run(B, [&](size_t p0, size_t len, size_t at) {
-        kernels_->attention_values_accumulate(scores + p0, stride, g, kv.f32() + at, KV, len, R, out, R);
-      });
-    }
-  });
+  // Scores over 0..position (causal), softmax, the weighted latents: attend() with tasks of up
+  // to kMlaHeadsPerTask heads of one token, keys and values both the cache row (the values its
+  // first R dims, the latent).
+  AttentionLayout layout;
+  layout.heads = heads;
+  layout.group = Buffers::attention_group(c);
+  layout.tasks_per_entry = (heads + layout.group - 1) / layout.group;
+  layout.q = b.mla_query.data();
+  layout.q_entry = heads * row;
+  layout.q_head = row;
+  layout.key_dim = row;
+  layout.task_offset = 0;
+  layout.value_offset = 0;
+  layout.value_dim = R;
+  layout.out = b.mla_context.data();
+  layout.out_entry = heads * R;
+  layout.out_head = R;
+  layout.sinks = nullptr;
+  layout.window = 0;
+  layout.scale = static_cast<float>(c.attention_scale);
+  attend(layout, layer, entries, count);
   // out_h = attn_v_b[h] · context_h, then o_proj and the residual.
   per_head_matmul(w.attn_v_b, b.mla_context.data(), heads * R, R, count, b.attn.data(), heads * V, V);
   matmul(w.attn_output, b.attn.data(), count, b.ffn_out.data(), H);

@@ -28,10 +28,25 @@ struct ExpertTask {
 // at most this many rows per phase (see run_experts in moe.cpp).
 inline constexpr size_t kExpertPrefillStripeRows = 256;
 
-// An f16 KV cache is read in chunks of this many positions: each chunk of one KV head's keys
-// (then values) is widened to f32 once into the thread's kv_rows and goes through the same
-// block kernels as an f32 cache (32 KB per thread at head_dim 128: stays in L1/L2).
-inline constexpr size_t kF16KvChunkRows = 64;
+// Attention reads the cache in runs of at most this many positions of one KV head (keys, then
+// values), never crossing a cache block or a ring's wrap: a run of an f16 cache is widened to
+// f32 once into the thread's kv_rows and goes through the same block kernels as an f32 cache;
+// a run serves every query of the task's tile while it is in L1/L2 (64 rows × head_dim 128 ×
+// 4 B = 32 KB).
+inline constexpr size_t kAttentionRunRows = 64;
+// A task of the attention takes a tile of up to kAttentionTileTokens consecutive entries of
+// one sequence (a prefill chunk), so that each run of cached rows is read once for all of
+// them. The tile's score rows live in the thread's scores buffer; where kAttentionTileTokens
+// rows would exceed kAttentionTileScoreBytes (long contexts) the tile is shorter (>= 1).
+inline constexpr size_t kAttentionTileTokens = 16;
+inline constexpr size_t kAttentionTileScoreBytes = size_t(1) << 20;
+// A batch with fewer tasks than threads (a decode step of one or a few sequences) splits each
+// entry's attention instead: scores over slices of kAttentionSplitRows positions, the softmax
+// per head, the weighted values over slices of kAttentionSplitDims dimensions (64 bytes: one
+// cache line of an f32 value row). Every score and every output element is computed by the
+// same kernel steps in either form: the bits do not depend on the split.
+inline constexpr size_t kAttentionSplitRows = 256;
+inline constexpr size_t kAttentionSplitDims = 16;
 
 struct Session::Buffers {
   std::vector<float> x;        // [N, hidden] residual stream
@@ -40,10 +55,11 @@ struct Session::Buffers {
   std::vector<float> k, v;     // [N, kv_dim]
   std::vector<float> attn;     // [N, q_dim] attention output before o_proj
   std::vector<float> ffn_out;  // [N, hidden]
-  std::vector<float> scores;   // [P, heads per KV head, score_stride] attention scores per thread
+  std::vector<float> scores;   // [P, tile tokens, attention_group, score_stride] attention scores per thread
   // A head's row of scores: every position of the context, and one more for an attention sink.
   static size_t score_stride(const SessionOptions &o) { return size_t(o.context_length) + 1; }
-  std::vector<float> kv_rows;          // [P, kF16KvChunkRows, head_dim] cache rows widened to f32 (F16 only)
+  std::vector<float> kv_rows;          // [P, kAttentionRunRows, head_dim or MLA row] cache rows widened to f32 (F16 only)
+  std::vector<uint32_t> attention_tiles;  // [N + 1] first entry of each attention tile, then the batch size
   std::vector<float> rope_inv_freq;    // [rotary_dim / 2] θ^(−2i/r), fixed for the model
   std::vector<float> rope_trig;        // [N, head_dim]: cos | sin (rotary_dim / 2 each) of each entry's position
   // Multi-head latent attention (empty otherwise; r = kv_lora_rank, d = head_dim, the rope part):
@@ -79,6 +95,11 @@ struct Session::Buffers {
   static size_t attention_group(const model::ModelConfig &c) {
     return c.mla() ? std::min<size_t>(c.head_count, kMlaHeadsPerTask) : c.head_count / c.kv_head_count;
   }
+  // Entries per attention tile (see kAttentionTileTokens).
+  static size_t attention_tile_tokens(const model::ModelConfig &c, const SessionOptions &o) {
+    const size_t row_bytes = attention_group(c) * score_stride(o) * sizeof(float);
+    return std::clamp<size_t>(kAttentionTileScoreBytes / row_bytes, 1, std::min<size_t>(kAttentionTileTokens, o.max_batch_tokens));
+  }
 
   Buffers(const model::Model &m, const SessionOptions &o, size_t threads) {
     const model::ModelConfig &c = m.config();
@@ -92,14 +113,15 @@ struct Session::Buffers {
     v.assign(N * m.kv_dim(), 0.0f);
     attn.assign(N * std::max(m.q_dim(), m.attn_out_dim()), 0.0f);
     ffn_out.assign(N * H, 0.0f);
-    scores.assign(threads * attention_group(c) * score_stride(o), 0.0f);
+    scores.assign(threads * attention_tile_tokens(c, o) * attention_group(c) * score_stride(o), 0.0f);
+    attention_tiles.assign(N + 1, 0);
     rope_inv_freq.resize(c.rotary_dim / 2);
     rope_inverse_frequencies(c, rope_inv_freq.data());
     rope_trig.assign(N * c.head_dim, 0.0f);
     // An f16 cache's rows widened per thread: one KV head's keys or values (head_dim), or an MLA
     // cache row (the latent and the rope key).
     const size_t widened = c.mla() ? m.kv_dim() : c.head_dim;
-    if (o.kv_dtype == KvDtype::F16) kv_rows.assign(threads * kF16KvChunkRows * widened, 0.0f);
+    if (o.kv_dtype == KvDtype::F16) kv_rows.assign(threads * kAttentionRunRows * widened, 0.0f);
     if (c.mla()) {
       const size_t r = c.kv_lora_rank, heads = c.head_count;
       mla_q_a.assign(N * c.q_lora_rank, 0.0f);

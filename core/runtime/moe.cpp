@@ -100,9 +100,6 @@ Error Session::run_experts(uint32_t layer, const model::LayerWeights &w, const f
         b.slot_row[t * K + slot] = row;
         b.row_token[row] = static_cast<uint32_t>(t);
       }
-    pool_->parallel_for(count * K, [&](size_t row, size_t) {
-      std::memcpy(&b.gathered[row * H], &input[b.row_token[row] * H], H * sizeof(float));
-    });
   }
   // Experts of the q8-activation dtypes (q8, q4, q8f16, mxfp4): quantise each token's
   // activations once and share them among its k experts (bitwise the same as letting every
@@ -116,6 +113,14 @@ Error Session::run_experts(uint32_t layer, const model::LayerWeights &w, const f
   const bool q8_down = !expert_hook_.fn && kernels::takes_q8_activations(down_w.dtype);
   const size_t in_row_q8 = q8_in ? kernels::row_bytes(kernels::DType::Q8, in_group, H) : 0;
   const size_t down_row_q8 = q8_down ? kernels::row_bytes(kernels::DType::Q8, down_group, F) : 0;
+  // The f32 rows grouped by expert, for the float-weight kernels and the expert hook; the
+  // q8-activation path copies only the q8 rows (36 bytes per 32 values: 3.6× fewer than f32).
+  if (!q8_in) {
+    StageTimer timer(stats_, Stage::Dispatch);
+    pool_->parallel_for(count * K, [&](size_t row, size_t) {
+      std::memcpy(&b.gathered[row * H], &input[b.row_token[row] * H], H * sizeof(float));
+    });
+  }
   if (q8_in) {
     StageTimer timer(stats_, Stage::Dispatch);
     pool_->parallel_for(count, [&](size_t t, size_t) {

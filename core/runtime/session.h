@@ -152,6 +152,10 @@ class Session {
   Error attention(uint32_t layer, const BatchEntry *entries, size_t count);
   // Multi-head latent attention (config attention "mla"), the absorbed form for every batch.
   Error attention_mla(uint32_t layer, const BatchEntry *entries, size_t count);
+  // Scores, softmax and weighted values of every entry's query heads over its cached positions,
+  // for both attention forms (attention.cpp, AttentionLayout).
+  struct AttentionLayout;
+  void attend(const AttentionLayout &l, uint32_t layer, const BatchEntry *entries, size_t count);
   // y[t] = M_h · x[t] for every head h of a per-head stack M (attn_k_b, attn_v_b): x[t] of head h
   // at x + t·x_stride + h·x_head, y[t] of head h at y + t·y_stride + h·y_head. One task per head.
   void per_head_matmul(const model::WeightMatrix &m, const float *x, size_t x_stride, size_t x_head, size_t count,

@@ -31,6 +31,8 @@ struct SessionStats {
   uint64_t forward_calls = 0;
   uint64_t non_finite_rows = 0;     // rows zeroed by the non-finite guard (policy zero)
   uint64_t expert_activations = 0;  // (token, expert) pairs computed
+  uint64_t attention_split = 0;     // layer attentions split over positions and dims (few entries, many threads)
+  uint64_t attention_tiles = 0;     // attention tiles of more than one entry (prefill chunks)
 };
 
 // Adds the time from construction to destruction to one stage.

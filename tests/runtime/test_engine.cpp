@@ -87,6 +87,71 @@ TEST_CASE("prefill of N tokens in one batch equals N single-token decode steps, 
   }
 }
 
+TEST_CASE("attention gives the same bits in tiles, split over threads and one token at a time, past runs and slices",
+          "[engine][attention]") {
+  // 320 positions: five runs of kAttentionRunRows cache rows, and two slices of
+  // kAttentionSplitRows positions. One thread decoding token by token is the reference; three
+  // threads decoding split every entry's attention past 256 positions (2 KV heads, or MLA's
+  // one head group, are fewer tasks than threads) over positions and value dims; two threads
+  // prefilling 32-token batches run tiles of 16 entries.
+  constexpr uint32_t kLength = 320;
+  auto session = [](const model::Model &m, size_t threads, runtime::KvDtype kv) {
+    runtime::SessionOptions so;
+    so.kv_dtype = kv;
+    so.context_length = 512;
+    so.max_batch_tokens = 32;
+    so.max_logit_rows = 32;
+    so.threads = threads;
+    Error err;
+    auto s = runtime::Session::create(m, so, &err);
+    REQUIRE(s);
+    return s;
+  };
+  for (const char *name : {"mixtral_gqa", "qwen3_moe_qknorm", "gpt_oss_sinks", "deepseek_v3_mla"}) {
+    for (runtime::KvDtype kv : {runtime::KvDtype::F32, runtime::KvDtype::F16}) {
+      INFO(name << (kv == runtime::KvDtype::F16 ? " f16 KV" : " f32 KV"));
+      auto m = fixture_model(name);
+      const size_t V = m->config().vocab_size;
+      std::vector<int32_t> tokens(kLength);
+      uint32_t state = 12345;
+      for (auto &t : tokens) t = static_cast<int32_t>((state = state * 1664525u + 1013904223u) >> 8) % static_cast<int32_t>(V);
+      auto decode = [&](size_t threads) {
+        auto s = session(*m, threads, kv);
+        std::vector<float> logits(kLength * V);
+        for (uint32_t i = 0; i < kLength; ++i) {
+          runtime::BatchEntry e{0, i, tokens[i], 1};
+          REQUIRE(s->forward(&e, 1).ok());
+          std::memcpy(&logits[i * V], s->logits(0), V * sizeof(float));
+        }
+        // Split: every layer attending over more than 256 positions (not a 4-wide sliding window).
+        CHECK((s->stats().attention_split > 0) == (threads == 3));
+        CHECK(s->stats().attention_tiles == 0);
+        return logits;
+      };
+      const std::vector<float> reference = decode(1), split = decode(3);
+      auto s = session(*m, 2, kv);
+      std::vector<float> tiled(kLength * V);
+      for (uint32_t i0 = 0; i0 < kLength; i0 += 32) {
+        std::vector<runtime::BatchEntry> batch;
+        for (uint32_t i = i0; i < i0 + 32; ++i) batch.push_back({0, i, tokens[i], 1});
+        REQUIRE(s->forward(batch.data(), batch.size()).ok());
+        for (uint32_t i = 0; i < 32; ++i) std::memcpy(&tiled[(i0 + i) * V], s->logits(i), V * sizeof(float));
+      }
+      CHECK(s->stats().attention_tiles == size_t(kLength / 16) * m->config().layer_count);
+      CHECK(s->stats().attention_split == 0);
+      size_t split_differs = 0, tiled_differs = 0;
+      for (uint32_t i = 0; i < kLength; ++i) {
+        split_differs += std::memcmp(&split[i * V], &reference[i * V], V * sizeof(float)) != 0;
+        tiled_differs += std::memcmp(&tiled[i * V], &reference[i * V], V * sizeof(float)) != 0;
+      }
+      CHECK(split_differs == 0);
+      CHECK(tiled_differs == 0);
+      // The logits are not all alike (a check that could not fail otherwise).
+      CHECK(std::memcmp(&reference[0], &reference[(kLength - 1) * V], V * sizeof(float)) != 0);
+    }
+  }
+}
+
 TEST_CASE("a batch of 3 sequences of different lengths equals each sequence run alone", "[engine]") {
   auto oc = testing::load_oracle("mixtral_gqa");
   auto m = fixture_model("mixtral_gqa");
