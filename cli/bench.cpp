@@ -43,9 +43,10 @@ Summary summarize(std::vector<double> v) {
 }
 
 struct TestResult {
-  std::string name;  // "pp128", "tg64"
+  std::string name;  // "pp128", "tg64", "tg64 @ d4096"
   bool decode = false;
   size_t tokens = 0;
+  size_t depth = 0;  // cached positions before the test's tokens (-d)
   uint32_t threads = 0;
   std::vector<double> samples;  // tokens/s
   Summary tps;
@@ -96,9 +97,21 @@ class Bench {
     return SessionPtr(raw);
   }
 
-  // tokens/s of one prefill of n tokens from an empty sequence.
-  double prefill_once(colibri_session *s, size_t n) {
+  // An empty sequence, then `depth` prompt tokens prefilled (untimed, like llama-bench -d),
+  // with the session's counters zeroed after them.
+  void start_at_depth(colibri_session *s, size_t depth) {
     check_api(colibri_session_reset(s), "reset");
+    if (depth) {
+      prompt_.resize(depth);
+      for (size_t i = 0; i < depth; ++i) prompt_[i] = bench_token(i + 100003, info_.vocab_size);
+      check_api(colibri_session_prefill(s, 0, prompt_.data(), depth), "prefill of the depth");
+    }
+    check_api(colibri_session_reset_stats(s), "reset stats");
+  }
+
+  // tokens/s of one prefill of n tokens after `depth` cached positions.
+  double prefill_once(colibri_session *s, size_t n, size_t depth) {
+    start_at_depth(s, depth);
     prompt_.resize(n);
     for (size_t i = 0; i < n; ++i) prompt_[i] = bench_token(i, info_.vocab_size);
     uint64_t start = now_ns();
@@ -106,27 +119,41 @@ class Bench {
     return static_cast<double>(n) / seconds_since(start);
   }
 
-  // tokens/s of n single-token decode steps from an empty sequence.
-  double decode_once(colibri_session *s, size_t n) {
-    check_api(colibri_session_reset(s), "reset");
+  // tokens/s of n single-token decode steps after `depth` cached positions.
+  double decode_once(colibri_session *s, size_t n, size_t depth) {
+    start_at_depth(s, depth);
     uint64_t start = now_ns();
     for (size_t i = 0; i < n; ++i) check_api(colibri_session_decode(s, 0, bench_token(i * 31 + 7, info_.vocab_size)), "decode");
     return static_cast<double>(n) / seconds_since(start);
   }
 
-  TestResult run_test(colibri_session *s, uint32_t threads, bool decode, size_t n, size_t repetitions) {
+  TestResult run_test(colibri_session *s, uint32_t threads, bool decode, size_t n, size_t depth, size_t repetitions) {
     TestResult r;
-    r.name = (decode ? "tg" : "pp") + std::to_string(n);
+    r.name = (decode ? "tg" : "pp") + std::to_string(n) + (depth ? " @ d" + std::to_string(depth) : "");
     r.decode = decode;
     r.tokens = n;
+    r.depth = depth;
     r.threads = threads;
-    auto once = [&] { return decode ? decode_once(s, n) : prefill_once(s, n); };
-    once();  // warm-up: page cache, TLB, branch predictors, thread pool wake-up
-    check_api(colibri_session_reset_stats(s), "reset stats");
-    for (size_t i = 0; i < repetitions; ++i) r.samples.push_back(once());
-    r.tps = summarize(r.samples);
     r.stats.struct_size = sizeof r.stats;
-    check_api(colibri_session_get_stats(s, &r.stats), "stats");
+    // The counters of the timed parts only, summed over the runs.
+    auto once = [&](bool timed) {
+      const double tps = decode ? decode_once(s, n, depth) : prefill_once(s, n, depth);
+      if (!timed) return;
+      r.samples.push_back(tps);
+      colibri_stats run{};
+      run.struct_size = sizeof run;
+      check_api(colibri_session_get_stats(s, &run), "stats");
+      r.stats.stage_count = run.stage_count;
+      for (size_t i = 0; i < COLIBRI_STATS_MAX_STAGES; ++i) r.stats.stage_ns[i] += run.stage_ns[i];
+      r.stats.weight_bytes_read += run.weight_bytes_read;
+      r.stats.tokens += run.tokens;
+      r.stats.forward_calls += run.forward_calls;
+      r.stats.non_finite_rows += run.non_finite_rows;
+      r.stats.expert_activations += run.expert_activations;
+    };
+    once(false);  // warm-up: page cache, TLB, branch predictors, thread pool wake-up
+    for (size_t i = 0; i < repetitions; ++i) once(true);
+    r.tps = summarize(r.samples);
     return r;
   }
 
@@ -152,7 +179,8 @@ int bench_command(int argc, char **argv) {
   cxxopts::Options options(
       "colibri bench",
       "Measures prefill (ppN: a prefill of N prompt tokens, in forward passes of at most 512) and decode (tgN: N single-token steps) speed "
-      "in tokens/s: one warm-up run, then the median ± sample standard deviation of R runs. The memory read bandwidth "
+      "in tokens/s, from an empty context or after D cached positions (-d; \"tg64 @ d4096\"): one warm-up run, then the median ± "
+      "sample standard deviation of R runs. The memory read bandwidth "
       "is probed with the same thread count, and decode is shown as a percentage of the roofline bandwidth / (active "
       "weight bytes + KV bytes) per token.");
   add_model_flags(options, FlagSet::FullWithoutThreads);
@@ -161,6 +189,8 @@ int bench_command(int argc, char **argv) {
        cxxopts::value<std::string>()->default_value("128,512"), "N,...")
       ("n,n-gen", "token counts for the decode tests, comma-separated, 0..65536 (0 = none)",
        cxxopts::value<std::string>()->default_value("64,128"), "N,...")
+      ("d,depth", "context depths, comma-separated, 0..65536: every test runs after that many positions are prefilled "
+       "(untimed; as llama-bench -d)", cxxopts::value<std::string>()->default_value("0"), "D,...")
       ("t,threads", "thread counts, comma-separated, 1..1024 (default: the CPUs this process may use)",
        cxxopts::value<std::string>(), "N,...")
       ("r,repetitions", "timed runs per test after the warm-up, 1..1000", cxxopts::value<std::string>()->default_value("3"), "R")
@@ -176,6 +206,7 @@ int bench_command(int argc, char **argv) {
   ModelFlags model_flags = read_model_flags(flags, FlagSet::FullWithoutThreads);
   std::vector<int64_t> prompt_lengths = parse_integer_list("-p/--n-prompt", flags["n-prompt"].as<std::string>(), 0, 65536);
   std::vector<int64_t> gen_lengths = parse_integer_list("-n/--n-gen", flags["n-gen"].as<std::string>(), 0, 65536);
+  const std::vector<int64_t> depths = parse_integer_list("-d/--depth", flags["depth"].as<std::string>(), 0, 65536);
   std::vector<int64_t> thread_counts = flags.count("threads")
                                            ? parse_integer_list("-t/--threads", flags["threads"].as<std::string>(), 1, 1024)
                                            : std::vector<int64_t>{static_cast<int64_t>(available_cpus())};
@@ -200,7 +231,7 @@ int bench_command(int argc, char **argv) {
   size_t longest = 1, longest_prompt = 1;
   for (int64_t p : prompt_lengths) longest_prompt = std::max(longest_prompt, static_cast<size_t>(p));
   for (int64_t n : gen_lengths) longest = std::max(longest, static_cast<size_t>(n));
-  longest = std::max(longest, longest_prompt);
+  longest = std::max(longest, longest_prompt) + static_cast<size_t>(*std::max_element(depths.begin(), depths.end()));
 
   std::vector<TestResult> results;
   std::vector<colibri_probe::ReadProbeResult> bandwidths;
@@ -217,12 +248,17 @@ int bench_command(int argc, char **argv) {
     probe.buffer_bytes = probe_bytes;
     bandwidths.push_back(colibri_probe::measure_read_bandwidth(probe));
     const double bandwidth = bandwidths.back().median_gbs;
-    for (int64_t p : prompt_lengths) results.push_back(bench.run_test(session.get(), threads, false, static_cast<size_t>(p), repetitions));
-    for (int64_t n : gen_lengths) {
-      TestResult r = bench.run_test(session.get(), threads, true, static_cast<size_t>(n), repetitions);
-      // Mean position of the steps is (n - 1) / 2: that many cached tokens are read per step.
-      r.roofline_tps = bandwidth * 1e9 / (static_cast<double>(info.active_weight_bytes) + bench.kv_bytes_at((static_cast<double>(n) - 1) / 2));
-      results.push_back(std::move(r));
+    for (int64_t d : depths) {
+      const size_t depth = static_cast<size_t>(d);
+      for (int64_t p : prompt_lengths)
+        results.push_back(bench.run_test(session.get(), threads, false, static_cast<size_t>(p), depth, repetitions));
+      for (int64_t n : gen_lengths) {
+        TestResult r = bench.run_test(session.get(), threads, true, static_cast<size_t>(n), depth, repetitions);
+        // Mean position of the steps is depth + (n - 1) / 2: that many cached tokens are read per step.
+        r.roofline_tps = bandwidth * 1e9 / (static_cast<double>(info.active_weight_bytes) +
+                                            bench.kv_bytes_at(static_cast<double>(depth) + (static_cast<double>(n) - 1) / 2));
+        results.push_back(std::move(r));
+      }
     }
   }
 
@@ -267,6 +303,7 @@ int bench_command(int argc, char **argv) {
       nlohmann::json j = {{"test", r.name},
                           {"kind", r.decode ? "decode" : "prefill"},
                           {"tokens", r.tokens},
+                          {"depth", r.depth},
                           {"threads", r.threads},
                           {"tokens_per_second",
                            {{"median", r.tps.median}, {"mean", r.tps.mean}, {"sd", r.tps.sd}, {"min", r.tps.min},

@@ -279,7 +279,7 @@ TEST_CASE("--help is complete for every subcommand and exits 0", "[cli][usage]")
       {"run", {"--model", "--prompt", "--file", "--chat", "--max-tokens", "--temp", "--top-k", "--top-p", "--min-p",
                "--repeat-penalty", "--presence-penalty", "--frequency-penalty", "--seed", "--stop", "--threads", "--ctx",
                "--kv-f16", "--numa", "--mlock", "--populate", "--load-into-memory", "--verify", "--raw"}},
-      {"bench", {"--model", "--n-prompt", "--n-gen", "--threads", "--repetitions", "--json", "--profile"}},
+      {"bench", {"--model", "--n-prompt", "--n-gen", "--depth", "--threads", "--repetitions", "--json", "--profile"}},
       {"perplexity", {"--model", "--file", "--window", "--stride"}},
       {"logits", {"--model", "--tokens", "--all-positions", "--output"}},
       {"tokenize", {"--model", "--prompt", "--file", "--special"}},
@@ -649,6 +649,28 @@ TEST_CASE("bench --json parses and has the table's fields", "[cli][bench]") {
   REQUIRE(table.exit_code == 0);
   CHECK_THAT(table.out, Contains("| model | size | params | backend | threads | test | t/s |") && Contains("| pp16 |") &&
                             Contains("| tg8 |") && Contains("GB/s") && Contains(" ± "));
+}
+
+TEST_CASE("bench -d runs every test after that many cached positions, named as llama-bench names them", "[cli][bench]") {
+  Run r = colibri("bench -p 16 -n 8 -d 0,64 -r 1 -t 1 --json --profile --probe-mib 16");
+  REQUIRE(r.exit_code == 0);
+  const json j = json::parse(r.out);
+  REQUIRE(j["results"].size() == 4);
+  CHECK(j["results"][0]["test"] == "pp16");
+  CHECK(j["results"][1]["test"] == "tg8");
+  CHECK(j["results"][2]["test"] == "pp16 @ d64");
+  CHECK(j["results"][3]["test"] == "tg8 @ d64");
+  CHECK(j["results"][3]["depth"] == 64);
+  CHECK(j["results"][0]["depth"] == 0);
+  // The untimed prefill of the depth is not in the counters: 8 decode steps, 8 tokens.
+  CHECK(j["results"][3]["profile"]["tokens"] == 8);
+  CHECK(j["results"][3]["profile"]["forward_calls"] == 8);
+  CHECK(j["results"][2]["profile"]["tokens"] == 16);
+  // The KV bytes of 64 more positions lower the roofline.
+  CHECK(j["results"][3]["roofline_tokens_per_second"].get<double>() < j["results"][1]["roofline_tokens_per_second"].get<double>());
+  Run bad = colibri("bench -p 16 -n 0 -d 70000");
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Contains("-d/--depth"));
 }
 
 // Issue 18, item 4: the image truncated under a running process. Either the library's check
