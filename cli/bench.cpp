@@ -231,7 +231,10 @@ int bench_command(int argc, char **argv) {
   size_t longest = 1, longest_prompt = 1;
   for (int64_t p : prompt_lengths) longest_prompt = std::max(longest_prompt, static_cast<size_t>(p));
   for (int64_t n : gen_lengths) longest = std::max(longest, static_cast<size_t>(n));
-  longest = std::max(longest, longest_prompt) + static_cast<size_t>(*std::max_element(depths.begin(), depths.end()));
+  const size_t deepest = static_cast<size_t>(*std::max_element(depths.begin(), depths.end()));
+  longest = std::max(longest, longest_prompt) + deepest;
+  // Batches of up to 512 tokens for the prompts and for the prefill of a depth.
+  longest_prompt = std::max(longest_prompt, deepest);
 
   std::vector<TestResult> results;
   std::vector<colibri_probe::ReadProbeResult> bandwidths;
