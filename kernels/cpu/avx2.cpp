@@ -131,6 +131,11 @@ constexpr int kDecodeRows(int tokens) {
 // 98–104 → 111–123 GFLOP/s against 3 × 4 (noisy VM, alternating runs).
 constexpr int kGemmRows = 2;
 constexpr int kGemmTokens = 6;
+// Tokens the float decode tile holds in one sweep; 7 or 8 go as 6 + the rest over L2 panels.
+// The 1-row tile of 7-8 tokens loads 9 vectors per 8 FMAs (16 ymm leave no second row):
+// kernels_bench --batch, f16 2816×1024 from DRAM, 2 threads, Zen 3: 8 tokens in one sweep
+// 79 GFLOP/s against 120 for 6 (see docs/performance.md, "Attention ... and the decode chunk").
+constexpr size_t kFloatDecodeChunk = 6;
 // q8-activation formats: two ymm accumulators per (row, token) pair (16 lanes), plus the
 // sub-block's codes per row and values per token.
 constexpr int kQ8DecodeRows(int tokens) { return tokens == 1 ? 4 : tokens == 2 ? 2 : 1; }

@@ -140,6 +140,8 @@ constexpr int kDecodeRows(int tokens) {
 }
 constexpr int kGemmRows = 4;
 constexpr int kGemmTokens = 6;
+// Tokens the float decode tile holds in one sweep (more go in chunks over L2 panels).
+constexpr size_t kFloatDecodeChunk = 8;
 // q8-activation formats: one zmm accumulator per (row, token) pair, plus per row its codes and
 // scales (and, for q8 weights with several tokens, a correction), per token its values.
 constexpr int kQ8DecodeRows(int tokens) { return tokens == 1 ? 16 : tokens == 2 ? 4 : tokens <= 4 ? 3 : 2; }

@@ -125,7 +125,7 @@ size_t decode_driver_max_tokens(Isa isa, DType dtype) {
         case DType::Q8F16: return 8;
         default: return 16;
       }
-    case Isa::Avx2: return takes_q8_activations(dtype) ? 16 : 8;
+    case Isa::Avx2: return 16;
     case Isa::Scalar: break;
   }
   return 8;

@@ -65,6 +65,7 @@ struct FloatTile {
   static constexpr size_t kBlockK = 1024;
   static constexpr size_t state_floats(int rows, int tokens) { return size_t(rows) * tokens * Simd::kLanes; }
   static constexpr int decode_rows(int tokens) { return kDecodeRows(tokens); }
+  static constexpr size_t kDecodeChunk = kFloatDecodeChunk;
   static constexpr int kGemmR = kGemmRows;
   static constexpr int kGemmT = kGemmTokens;
 
@@ -196,21 +197,24 @@ inline size_t decode_panel_rows(size_t w_stride) {
   return rows >= 24 ? rows / 24 * 24 : (rows == 0 ? 1 : rows);
 }
 
-// Decode: up to 8 tokens are one sweep over the weight rows with all their accumulators in
-// registers (each weight row is read once). More tokens (a continuous-batching step gives
-// an expert a few more than 8) run in chunks of 8 and the rest over panels of rows that stay
-// in L2 between the chunks. (Balanced chunks, 12 = 6 + 6, measured slower than 8 + 4: the
-// 8-token tile is the most efficient one; kernels_bench --batch.)
+// Decode: up to Tile::kDecodeChunk (<= 8) tokens are one sweep over the weight rows with all
+// their accumulators in registers (each weight row is read once). More tokens (a
+// continuous-batching step gives an expert a few more) run in chunks of kDecodeChunk and the
+// rest over panels of rows that stay in L2 between the chunks. (On AVX-512, balanced chunks,
+// 12 = 6 + 6, measured slower than 8 + 4: the 8-token tile is the most efficient one there;
+// AVX2's float tile is best at 6; kernels_bench --batch.)
 template <class Tile>
 void decode_driver(TileArgs a, size_t rows, size_t tokens) {
-  if (tokens <= 8) {
+  constexpr size_t C = Tile::kDecodeChunk;
+  static_assert(C >= 1 && C <= 8, "decode_chunk holds at most 8 tokens");
+  if (tokens <= C) {
     decode_chunk<Tile>(a, rows, tokens);
     return;
   }
   const size_t panel = decode_panel_rows(a.w_stride);
   for (size_t p0 = 0; p0 < rows; p0 += panel) {
     const size_t pr = min_size(panel, rows - p0);
-    for (size_t t0 = 0; t0 < tokens; t0 += 8) decode_chunk<Tile>(advance(a, p0, t0), pr, min_size(8, tokens - t0));
+    for (size_t t0 = 0; t0 < tokens; t0 += C) decode_chunk<Tile>(advance(a, p0, t0), pr, min_size(C, tokens - t0));
   }
 }
 

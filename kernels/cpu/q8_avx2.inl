@@ -82,6 +82,7 @@ struct QTile {
   static constexpr int decode_rows(int tokens) { return kQ8DecodeRows(tokens); }
   static constexpr int kGemmR = kQ8GemmRows;
   static constexpr int kGemmT = kQ8GemmTokens;
+  static constexpr size_t kDecodeChunk = 8;
   static constexpr bool kInt8 = WF::kKind == CodeKind::Int8;
   using Sub = SubBlock<WF>;
 

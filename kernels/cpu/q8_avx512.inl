@@ -196,6 +196,7 @@ struct QTile {
   static constexpr int decode_rows(int tokens) { return kQ8DecodeRows(tokens); }
   static constexpr int kGemmR = kQ8GemmRows;
   static constexpr int kGemmT = kQ8GemmTokens;
+  static constexpr size_t kDecodeChunk = 8;
   using Pair = Pair512<WF>;
   using Sub = SubBlock<WF>;
   static constexpr bool kInt8 = Pair::kInt8;

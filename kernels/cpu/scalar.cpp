@@ -138,6 +138,7 @@ struct Simd {
 constexpr int kDecodeRows(int tokens) { return tokens == 1 ? 4 : tokens == 2 ? 2 : 1; }
 constexpr int kGemmRows = 2;
 constexpr int kGemmTokens = 4;
+constexpr size_t kFloatDecodeChunk = 8;
 
 float f16_scale(uint16_t h) { return detail::f16_to_f32_scalar(h); }
 
@@ -153,6 +154,7 @@ struct QTile {
   static constexpr int decode_rows(int tokens) { return kDecodeRows(tokens); }
   static constexpr int kGemmR = kGemmRows;
   static constexpr int kGemmT = kGemmTokens;
+  static constexpr size_t kDecodeChunk = 8;
 
   template <int R, int TT>
   static void span(const TileArgs &a, size_t k_begin, size_t k_end, float *state, bool first, bool last) {
