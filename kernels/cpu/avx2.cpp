@@ -137,10 +137,13 @@ constexpr int kGemmTokens = 6;
 // 79 GFLOP/s against 120 for 6 (see docs/performance.md, "Attention ... and the decode chunk").
 constexpr size_t kFloatDecodeChunk = 6;
 // q8-activation formats: two ymm accumulators per (row, token) pair (16 lanes), plus the
-// sub-block's codes per row and values per token.
+// sub-block's codes per row and values per token. The prefill tile is 1 row × 8 tokens, the
+// decode tile's shape at 8 tokens: each row's codes (and |w|) are loaded once for 8 tokens
+// instead of 2 (the 2 × 2 tile ran at 0.76–0.89 of the decode driver's GFLOP/s on the same
+// weights, kernels_bench T = 128; engine q8 pp128 1.18×, pp512 1.15×, docs/performance.md).
 constexpr int kQ8DecodeRows(int tokens) { return tokens == 1 ? 4 : tokens == 2 ? 2 : 1; }
-constexpr int kQ8GemmRows = 2;
-constexpr int kQ8GemmTokens = 2;
+constexpr int kQ8GemmRows = 1;
+constexpr int kQ8GemmTokens = 8;
 
 // Exact f16 -> fp32 of a block scale (F16C), the same bits as the scalar conversion.
 inline float f16_scale(uint16_t h) { return _cvtsh_ss(h); }
