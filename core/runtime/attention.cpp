@@ -127,7 +127,7 @@ struct Session::AttentionLayout {
 // from zero. The cache is read in runs of kAttentionRunRows positions that never cross a block
 // or a ring's wrap; a score depends on its query and key row only and each output element is
 // one fma chain in ascending position, so neither the runs, nor the tiles, nor the split
-// change a bit (tests/unit/attention_test.cpp).
+// change a bit (tests/runtime/test_engine.cpp, "attention gives the same bits ...").
 //   Tiles (prefill): a task is one KV head (or MLA head group) of up to attention_tile_tokens
 //   consecutive entries of one sequence; each run of keys, then of values, is read (an f16
 //   run widened) once for all of them. The tile's score rows are the thread's scores buffer.
