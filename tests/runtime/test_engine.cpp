@@ -25,10 +25,10 @@ namespace {
 
 std::unique_ptr<runtime::Session> make_session(const model::Model &m, uint32_t sequences = 1, size_t threads = 2,
                                                runtime::NonFinitePolicy policy = runtime::NonFinitePolicy::Error,
-                                               runtime::KvDtype kv = runtime::KvDtype::F32) {
+                                               runtime::KvDtype kv = runtime::KvDtype::F32, uint32_t context = 64) {
   runtime::SessionOptions so;
   so.kv_dtype = kv;
-  so.context_length = 64;
+  so.context_length = context;
   so.max_sequences = sequences;
   so.max_batch_tokens = 32;
   so.max_logit_rows = 32;
@@ -96,16 +96,7 @@ TEST_CASE("attention gives the same bits in tiles, split over threads and one to
   // prefilling 32-token batches run tiles of 16 entries.
   constexpr uint32_t kLength = 320;
   auto session = [](const model::Model &m, size_t threads, runtime::KvDtype kv) {
-    runtime::SessionOptions so;
-    so.kv_dtype = kv;
-    so.context_length = 512;
-    so.max_batch_tokens = 32;
-    so.max_logit_rows = 32;
-    so.threads = threads;
-    Error err;
-    auto s = runtime::Session::create(m, so, &err);
-    REQUIRE(s);
-    return s;
+    return make_session(m, 1, threads, runtime::NonFinitePolicy::Error, kv, 512);
   };
   for (const char *name : {"mixtral_gqa", "qwen3_moe_qknorm", "gpt_oss_sinks", "deepseek_v3_mla"}) {
     for (runtime::KvDtype kv : {runtime::KvDtype::F32, runtime::KvDtype::F16}) {
