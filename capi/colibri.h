@@ -1003,7 +1003,7 @@ typedef struct colibri_engine_options {
                                  Range 0..1048576 */
   uint32_t prefix_cache;      /* 1 (default): reuse cached prefix blocks; 0: off */
   uint32_t reserved0;         /* must be 0 */
-  uint64_t kv_budget_bytes;   /* the KV pool. 0 (default) = max_sequences whole contexts */
+  uint64_t kv_budget_bytes;   /* the KV pool (a sliding-window model's window layers first). 0 (default) = max_sequences whole contexts */
   const colibri_session_options *session; /* threads, pin_threads, non_finite_policy,
                                  kv_dtype, force_scalar, seed (the default of requests whose
                                  sampler seed is COLIBRI_SEED_FROM_SESSION), numa_*, max_isa;

@@ -193,7 +193,7 @@ void Session::attend(const AttentionLayout &l, uint32_t layer, const BatchEntry 
       if (lo >= end) return;
       const size_t h0 = k * group, g = std::min(group, l.heads - h0);
       float *scores = task_scores(t, k);
-      for_each_run(kv.blocks(entries[t].sequence), lo, std::min(end, lo + kAttentionSplitRows),
+      for_each_run(kv.blocks(entries[t].sequence, layer), lo, std::min(end, lo + kAttentionSplitRows),
                    [&](size_t p0, size_t len, size_t at) {
                      size_t rs = 0;
                      const float *keys = rows_of(at + k * l.task_offset, len, l.key_dim, thread, &rs);
@@ -213,7 +213,7 @@ void Session::attend(const AttentionLayout &l, uint32_t layer, const BatchEntry 
       float *out = output(t, h0) + d0;
       for (size_t i = 0; i < g; ++i) std::fill(out + i * l.out_head, out + i * l.out_head + width, 0.0f);
       const float *probs = task_scores(t, k);
-      for_each_run(kv.blocks(entries[t].sequence), first, end_of(t), [&](size_t p0, size_t len, size_t at) {
+      for_each_run(kv.blocks(entries[t].sequence, layer), first, end_of(t), [&](size_t p0, size_t len, size_t at) {
         size_t rs = 0;
         const float *values = rows_of(at + k * l.task_offset + l.value_offset + d0, len, width, thread, &rs);
         kernels_->attention_values_accumulate(probs + (p0 - first), stride, g, values, rs, len, width, out, l.out_head);
@@ -234,7 +234,7 @@ void Session::attend(const AttentionLayout &l, uint32_t layer, const BatchEntry 
   pool_->parallel_for(tile_count * tasks, [&](size_t task, size_t thread) {
     const size_t tile = task / tasks, k = task % tasks, t0 = tiles[tile], t1 = tiles[tile + 1];
     const size_t h0 = k * group, g = std::min(group, l.heads - h0);
-    const uint32_t *table = kv.blocks(entries[t0].sequence);
+    const uint32_t *table = kv.blocks(entries[t0].sequence, layer);
     float *scores = &b.scores[thread * tile_cap * task_rows];  // entry t's rows at (t − t0)·task_rows
     size_t lo = SIZE_MAX, hi = 0;
     for (size_t t = t0; t < t1; ++t) {
@@ -334,7 +334,7 @@ Error Session::attention(uint32_t layer, const BatchEntry *entries, size_t count
     // (layer_rows = B but in a ring layer of a contiguous cache, whose single block holds every
     // position: there p / B = 0).
     const uint32_t position = entries[t].position;
-    const size_t key_at = kv.offset(kv.blocks(entries[t].sequence)[position / B], layer) + (position % layer_rows) * KV;
+    const size_t key_at = kv.offset(kv.blocks(entries[t].sequence, layer)[position / B], layer) + (position % layer_rows) * KV;
     const size_t value_at = key_at + value_off;
     if (f16_cache) {
       kernels_->f32_to_f16(k, kv.f16() + key_at, KV);
@@ -441,7 +441,7 @@ Error Session::attention_mla(uint32_t layer, const BatchEntry *entries, size_t c
       std::memcpy(absorbed + h * row + R, q + h * qh + nope, D * sizeof(float));
     }
     const uint32_t position = entries[t].position;
-    const size_t at = kv.offset(kv.blocks(entries[t].sequence)[position / B], layer) + (position % layer_rows) * KV;
+    const size_t at = kv.offset(kv.blocks(entries[t].sequence, layer)[position / B], layer) + (position % layer_rows) * KV;
     if (f16_cache) kernels_->f32_to_f16(kva, kv.f16() + at, KV);
     else std::memcpy(kv.f32() + at, kva, KV * sizeof(float));
   });

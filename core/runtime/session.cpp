@@ -51,7 +51,7 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
   // context-long block per sequence.
   const uint64_t blocks_per_sequence =
       options.kv_block_tokens ? (options.context_length + options.kv_block_tokens - 1) / options.kv_block_tokens : 1;
-  if (options.kv_block_tokens && options.kv_blocks == 0) {
+  if (options.kv_block_tokens && options.kv_blocks == 0 && options.kv_budget_bytes == 0) {
     const uint64_t all = blocks_per_sequence * options.max_sequences;
     if (all > kMaxKvBlocks)
       return invalid(strprintf("the paged KV cache would need %llu blocks for every sequence's whole context (at most "
@@ -72,16 +72,42 @@ std::unique_ptr<Session> Session::create(const model::Model &model, const Sessio
   shape.block_count = options.kv_blocks;
   shape.f16 = options.kv_dtype == KvDtype::F16;
   shape.values = !c.mla();  // MLA caches the latent and the rope key: one row, no values
-  // A contiguous cache keeps only a ring of window + max_batch_tokens − 1 positions in the
-  // sliding-window layers: the last `window` positions every query of a batch attends to,
-  // while the batch writes its own (check_batch refuses a position that reaches further back).
-  if (!options.kv_block_tokens && !c.layer_is_sliding.empty()) {
+  // The sliding-window layers keep only window + max_batch_tokens − 1 positions: the last
+  // `window` positions every query of a batch attends to, while the batch writes its own
+  // (check_batch refuses a position that reaches further back). A contiguous cache keeps them
+  // as a ring in the sequence's block, a paged one in its window pool.
+  if (!c.layer_is_sliding.empty()) {
     shape.ring_layers = c.layer_is_sliding;
     shape.ring_rows = static_cast<uint32_t>(
         std::min<uint64_t>(c.sliding_window + options.max_batch_tokens - 1, options.context_length));
+    shape.window = static_cast<uint32_t>(std::min<uint64_t>(c.sliding_window, options.context_length));
+    shape.batch_tokens = options.max_batch_tokens;
   }
   KvCacheShape estimate = shape;  // every layer's storage, wherever it lives
   estimate.layers = static_cast<uint32_t>(c.layer_count);
+  if (options.kv_block_tokens && options.kv_budget_bytes) {
+    // A byte budget: the window pool (fixed by the shape) first, then as many main blocks as fit.
+    const double window_bytes = KvCache::window_block_bytes_of(estimate) * KvCache::window_blocks_of(estimate);
+    const double block_bytes = KvCache::main_block_bytes_of(estimate);
+    const double budget = static_cast<double>(options.kv_budget_bytes);
+    if (block_bytes <= 0 || budget < window_bytes + block_bytes)
+      return invalid(strprintf("kv_budget_bytes %llu holds no KV block: one block of %u tokens is %.0f bytes%s; raise "
+                               "the budget",
+                               static_cast<unsigned long long>(options.kv_budget_bytes), options.kv_block_tokens,
+                               block_bytes,
+                               window_bytes > 0
+                                   ? strprintf(", after the sliding-window layers' pool of %.0f bytes (max_sequences "
+                                               "x (window + max_batch_tokens))",
+                                               window_bytes)
+                                         .c_str()
+                                   : ""));
+    const double blocks = std::floor((budget - window_bytes) / block_bytes);
+    if (blocks > kMaxKvBlocks)
+      return invalid(strprintf("kv_budget_bytes %llu is %.0f KV blocks, more than the %u a pool holds; lower it",
+                               static_cast<unsigned long long>(options.kv_budget_bytes), blocks, kMaxKvBlocks));
+    options.kv_blocks = static_cast<uint32_t>(blocks);
+    shape.block_count = estimate.block_count = options.kv_blocks;
+  }
   const double kv_bytes = KvCache::storage_bytes(estimate);
   // Two bounds, one check: a fixed 256 GiB, and the machine's memory (the cache is zero-filled at
   // creation, so a cache beyond it would not fail cleanly: it would swap or draw the OOM killer).
@@ -238,13 +264,16 @@ Error Session::check_batch(const BatchEntry *entries, size_t count) const {
       const BatchEntry &e = entries[i];
       if (e.position != first[e.sequence]) continue;
       const uint64_t needed = e.position + 1 > window ? e.position + 1 - window : 0;
-      const uint64_t kept = lengths[e.sequence] > ring ? lengths[e.sequence] - ring : 0;
+      // (A paged cache's window blocks may start later still: after a prefix hit they begin
+      // `window` positions before it.)
+      const uint64_t kept = std::max<uint64_t>(lengths[e.sequence] > ring ? lengths[e.sequence] - ring : 0,
+                                               std::min(kv_->window_start(e.sequence), e.position));
       if (needed < kept)
         return make_error(ErrorKind::InvalidArgument,
                           strprintf("entry %zu: position %u of sequence %u goes back further than the sliding-window "
                                     "layers keep: they hold the last %u positions (window %llu + max_batch_tokens %u "
                                     "- 1) and the sequence has %u, so position %llu is gone; reset the sequence and "
-                                    "prefill it again (or use a paged KV cache, which keeps every position)",
+                                    "prefill it again (or create the session with a larger max_batch_tokens)",
                                     i, e.position, e.sequence, ring, static_cast<unsigned long long>(window),
                                     options_.max_batch_tokens, sequence_lengths_[e.sequence],
                                     static_cast<unsigned long long>(needed)));
@@ -268,6 +297,13 @@ Error Session::forward(const BatchEntry *entries, size_t count) {
   ++stats_.forward_calls;
   stats_.tokens += count;
   if (device_) return forward_on_device(entries, count);
+
+  // Window blocks (a paged cache's sliding-window layers) for the positions this pass writes.
+  if (kv_->window_block_count()) {
+    const std::vector<uint32_t> &first = b.scratch_first_position, &last = b.scratch_last_position;
+    for (uint32_t s = 0; s < options_.max_sequences; ++s)
+      if (last[s] != kNoPosition) kv_->take_window(s, first[s], last[s] + 1);
+  }
 
   // 1. Token embeddings into the residual stream x [count, hidden].
   embed(entries, count);
@@ -301,6 +337,9 @@ Error Session::forward(const BatchEntry *entries, size_t count) {
   // 5. Only a pass that succeeded extends its sequences (a failed one leaves them as they were).
   for (size_t i = 0; i < count; ++i)
     sequence_lengths_[entries[i].sequence] = std::max(sequence_lengths_[entries[i].sequence], entries[i].position + 1);
+  if (kv_->window_block_count())
+    for (uint32_t s = 0; s < options_.max_sequences; ++s)
+      if (b.scratch_last_position[s] != kNoPosition) kv_->trim_window(s, sequence_lengths_[s]);
   return {};
 }
 

@@ -44,8 +44,12 @@ struct SessionOptions {
   // The KV cache layout (kv_cache.h). 0: contiguous, one block of context_length positions per
   // sequence. Otherwise paged: blocks of kv_block_tokens positions from a pool of kv_blocks
   // (0 = enough for every sequence's whole context), taken with reserve() or attach_prefix().
+  // Sliding-window layers keep window + max_batch_tokens − 1 positions per sequence either way.
   uint32_t kv_block_tokens = 0;
   uint32_t kv_blocks = 0;
+  // Paged: the KV memory in bytes instead of kv_blocks (the sliding-window layers' pool, then as
+  // many blocks as fit). 0 = kv_blocks decides.
+  uint64_t kv_budget_bytes = 0;
   util::NumaPolicy numa;             // bind:N runs the pool's threads on node N's CPUs
   // The machine's NUMA facts (tests pass a simulated one); null = util::system_numa().
   const util::NumaSystem *numa_system = nullptr;

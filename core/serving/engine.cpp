@@ -125,17 +125,7 @@ std::unique_ptr<Engine> Engine::create(const model::Model &model, const tokenize
   so.max_logit_rows = o.max_sequences;
   so.kv_block_tokens = o.block_tokens;
   so.kv_blocks = 0;
-  if (o.kv_budget_bytes) {
-    const uint64_t block_bytes = 2ull * (so.kv_dtype == runtime::KvDtype::F16 ? 2 : 4) * o.block_tokens *
-                                 model.config().layer_count * model.kv_dim();
-    const uint64_t blocks = o.kv_budget_bytes / block_bytes;
-    if (blocks == 0)
-      return invalid(strprintf("kv_budget_bytes %llu holds no KV block (one block of %u tokens is %llu bytes)",
-                               static_cast<unsigned long long>(o.kv_budget_bytes), o.block_tokens,
-                               static_cast<unsigned long long>(block_bytes)));
-    if (blocks > UINT32_MAX) return invalid("kv_budget_bytes is too large");
-    so.kv_blocks = static_cast<uint32_t>(blocks);
-  }
+  so.kv_budget_bytes = o.kv_budget_bytes;  // the session turns it into blocks (kv_cache.h's formulas)
   std::unique_ptr<Engine> e(new Engine(model, tokenizer, o));
   e->session_ = runtime::Session::create(model, so, error);
   if (!e->session_) return nullptr;

@@ -55,7 +55,7 @@ struct EngineOptions {
   uint32_t context_length = 0;     // tokens per sequence (prompt + output); 0 = the session default
   uint32_t step_tokens = 256;      // tokens per step: one per running sequence + prefill chunks
   uint32_t block_tokens = 16;      // positions per KV block
-  uint64_t kv_budget_bytes = 0;    // KV pool size; 0 = every running sequence's whole context
+  uint64_t kv_budget_bytes = 0;    // KV memory (a sliding-window model's window pool included); 0 = every running sequence's whole context
   uint32_t queue_capacity = 64;    // requests waiting for a slot beyond those running; then submit is Busy
   bool prefix_cache = true;        // reuse cached KV blocks of earlier requests' prefixes
   // Threads, kernels, KV dtype, non-finite policy, NUMA: as for a session. Its

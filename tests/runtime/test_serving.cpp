@@ -388,3 +388,79 @@ TEST_CASE("engine: many threads submitting, reading and cancelling at once", "[s
   CHECK(st.queue_depth == 0);
   CHECK(st.kv.blocks_in_use == 0);
 }
+
+// gpt-oss's sliding-window layers in the engine's paged cache live in the window pool: each
+// sequence holds only the blocks over its last window + step_tokens − 1 positions, and the
+// results are a lone contiguous session's, for every request of a batch and for a second
+// turn that takes its prefix (full and window blocks) from the cache.
+TEST_CASE("engine: a sliding-window model keeps its window layers bounded and gives a lone session's tokens", "[serving][sliding]") {
+  auto model = testing::load_model(testing::convert_fixture("gpt_oss_sinks", "f32"));
+  REQUIRE(model);
+  REQUIRE(model->config().sliding_window == 4);
+  Error err;
+  auto tok = tokenizer::Tokenizer::from_json(model->tokenizer().json, &err);
+  INFO(err.message);
+  REQUIRE(tok);
+  auto lone = [&](const std::vector<int32_t> &prompt, const serving::RequestOptions &o) {
+    runtime::SessionOptions so;
+    so.context_length = 128;
+    so.max_batch_tokens = 128;  // window 4 + 127 > 128: every position kept
+    so.threads = 1;
+    auto s = runtime::Session::create(*model, so, &err);
+    REQUIRE(s);
+    runtime::GenerateOptions g;
+    g.max_tokens = o.max_tokens;
+    g.sampling = o.sampling;
+    g.ignore_eos = true;
+    auto gen = runtime::Generation::start(*s, *tok, prompt, g, &err);
+    REQUIRE(gen);
+    std::string piece;
+    for (bool done = false; !done;) REQUIRE(gen->next(&piece, &done).ok());
+    return gen->generated_tokens();
+  };
+  serving::EngineOptions eo;
+  eo.max_sequences = 4;
+  eo.context_length = 128;
+  eo.step_tokens = 12;
+  eo.block_tokens = 4;
+  eo.session.threads = 2;
+  auto engine = serving::Engine::create(*model, *tok, eo, &err);
+  INFO(err.message);
+  REQUIRE(engine);
+  const uint64_t vocab = model->config().vocab_size;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<serving::Request>> requests(4);
+  for (size_t r = 0; r < 4; ++r) {
+    std::vector<int32_t> p;
+    for (size_t i = 0; i < 21 + 3 * r; ++i) p.push_back(static_cast<int32_t>((r * 31 + i * 17 + 5) % vocab));
+    prompts.push_back(p);
+    serving::RequestOptions o = request_options(40 + r, 50);
+    o.ignore_eos = true;
+    o.text = false;
+    REQUIRE(engine->submit(p, o, &requests[r]).ok());
+  }
+  std::vector<std::vector<int32_t>> outputs;
+  for (size_t r = 0; r < 4; ++r) {
+    outputs.push_back(drain(*requests[r]).tokens);
+    serving::RequestOptions o = request_options(40 + r, 50);
+    CHECK(outputs[r] == lone(prompts[r], o));
+  }
+  const serving::EngineStats st = settled_stats(*engine);
+  // Window 4 + step 12 − 1 = 15 positions: at most ceil((15 + 12) / 4) + 1 = 8 blocks a
+  // sequence, the pool twice that for 4 sequences, whatever the context.
+  CHECK(st.kv.window_block_count == 2 * 8 * 4);
+  CHECK(st.kv.window_blocks_in_use == 0);
+  CHECK(st.kv.block_count == 4 * 128 / 4);
+
+  // The second turn of request 0: its history's blocks, window ones included, are cached.
+  std::vector<int32_t> turn2 = prompts[0];
+  turn2.insert(turn2.end(), outputs[0].begin(), outputs[0].end());
+  for (int32_t t : {3, 9, 27}) turn2.push_back(t);
+  serving::RequestOptions o = request_options(77, 20);
+  o.ignore_eos = true;
+  o.text = false;
+  std::shared_ptr<serving::Request> second;
+  REQUIRE(engine->submit(turn2, o, &second).ok());
+  CHECK(drain(*second).tokens == lone(turn2, o));
+  CHECK(second->result().prefix_hit_tokens >= 60);
+}
