@@ -12,16 +12,18 @@ namespace colibri::runtime {
 
 using util::strprintf;
 
+bool KvCache::ring_layer(const KvCacheShape &shape, uint32_t layer) {
+  return layer < shape.ring_layers.size() && shape.ring_layers[layer] && shape.ring_rows > 0 &&
+         shape.ring_rows < shape.context_length;
+}
+
 bool KvCache::windowed(const KvCacheShape &shape, uint32_t layer) {
-  return shape.block_tokens != 0 && layer < shape.ring_layers.size() && shape.ring_layers[layer] &&
-         shape.ring_rows > 0 && shape.ring_rows < shape.context_length;
+  return shape.block_tokens != 0 && ring_layer(shape, layer);
 }
 
 uint32_t KvCache::rows_of_layer(const KvCacheShape &shape, uint32_t layer) {
   if (shape.block_tokens != 0) return shape.block_tokens;  // paged: every layer keeps whole blocks
-  const bool ring = layer < shape.ring_layers.size() && shape.ring_layers[layer] && shape.ring_rows > 0 &&
-                    shape.ring_rows < shape.context_length;
-  return ring ? shape.ring_rows : shape.context_length;
+  return ring_layer(shape, layer) ? shape.ring_rows : shape.context_length;
 }
 
 uint32_t KvCache::window_blocks_of(const KvCacheShape &shape) {

@@ -205,8 +205,10 @@ class KvCache {
   void lru_remove(Pool &pool, uint32_t block);
   void lru_push(Pool &pool, uint32_t block);
   void unhash(Pool &pool, uint32_t block);
-  // Rows `layer` keeps per block under `shape`, and whether it lives in the window pool (the one
-  // rule the constructor and the size formulas use).
+  // Whether `layer` keeps only ring_rows positions under `shape`, the rows it keeps per block,
+  // and whether it lives in the window pool (the one rule the constructor and the size
+  // formulas use).
+  static bool ring_layer(const KvCacheShape &shape, uint32_t layer);
   static uint32_t rows_of_layer(const KvCacheShape &shape, uint32_t layer);
   static bool windowed(const KvCacheShape &shape, uint32_t layer);
 

@@ -310,18 +310,21 @@ TEST_CASE("a prefix hit on a sliding-window model takes the window blocks too an
   const std::vector<float> want = run(*cold, 0, turn2, 0, 8, 5);
 
   auto s = make_paged(2);
-  // The history in chunks of 8, committed after each chunk as the serving engine does (a
-  // window block joins the cache while its sequence still holds it).
-  std::vector<runtime::BatchEntry> batch;
-  for (size_t begin = 0; begin < history.size(); begin += 8) {
-    const size_t end = std::min(history.size(), begin + 8);
-    REQUIRE(s->reserve(0, static_cast<uint32_t>(end)).ok());
-    batch.clear();
-    for (size_t i = begin; i < end; ++i) batch.push_back({0, static_cast<uint32_t>(i), history[i], 0});
-    REQUIRE(s->forward(batch.data(), batch.size()).ok());
-    s->commit_prefix(0, history.data(), end);
-  }
-  s->reset_sequence(0);
+  // Prefills sequence 0 in chunks of 8, committing after each chunk as the serving engine does
+  // (a window block joins the cache while its sequence still holds it), then ends it.
+  auto prefill_committing = [&](const std::vector<int32_t> &tokens) {
+    std::vector<runtime::BatchEntry> batch;
+    for (size_t begin = 0; begin < tokens.size(); begin += 8) {
+      const size_t end = std::min(tokens.size(), begin + 8);
+      REQUIRE(s->reserve(0, static_cast<uint32_t>(end)).ok());
+      batch.clear();
+      for (size_t i = begin; i < end; ++i) batch.push_back({0, static_cast<uint32_t>(i), tokens[i], 0});
+      REQUIRE(s->forward(batch.data(), batch.size()).ok());
+      s->commit_prefix(0, tokens.data(), end);
+    }
+    s->reset_sequence(0);
+  };
+  prefill_committing(history);
   const runtime::KvCacheStats after = s->kv_cache().stats();
   CHECK(after.window_blocks_in_use == 0);
   CHECK(after.window_blocks_cached >= 2);
@@ -339,15 +342,7 @@ TEST_CASE("a prefix hit on a sliding-window model takes the window blocks too an
   // without the window the hit falls back to what can be computed exactly: nothing here.
   s->reset_sequence(1);
   const std::vector<int32_t> other = tokens_of(oc, 120, 5);
-  for (size_t begin = 0; begin < other.size(); begin += 8) {
-    const size_t end = std::min(other.size(), begin + 8);
-    REQUIRE(s->reserve(0, static_cast<uint32_t>(end)).ok());
-    batch.clear();
-    for (size_t i = begin; i < end; ++i) batch.push_back({0, static_cast<uint32_t>(i), other[i], 0});
-    REQUIRE(s->forward(batch.data(), batch.size()).ok());
-    s->commit_prefix(0, other.data(), end);
-  }
-  s->reset_sequence(0);
+  prefill_committing(other);
   CHECK(s->kv_cache().stats().evictions > 0);
   const uint32_t main_cached = s->kv_cache().stats().blocks_cached;
   CHECK(main_cached >= history.size() / B + other.size() / B);  // no main block was evicted
