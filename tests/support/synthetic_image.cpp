@@ -5,8 +5,10 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -107,12 +109,43 @@ image::TensorEntry *entry_at(std::vector<unsigned char> &bytes, size_t i) {
 
 namespace {
 
+// The directories this process made, removed with their contents when it exits. A forked
+// child that exits normally runs the same destructor, so only the process that made them
+// removes them.
+class TempDirRegistry {
+ public:
+  ~TempDirRegistry() {
+    if (::getpid() != owner_) return;
+    for (const std::string &dir : dirs_) {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  }
+  void add(std::string dir) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    dirs_.push_back(std::move(dir));
+  }
+
+ private:
+  const pid_t owner_ = ::getpid();
+  std::mutex mutex_;
+  std::vector<std::string> dirs_;
+};
+
+TempDirRegistry &temp_dir_registry() {
+  static TempDirRegistry registry;
+  return registry;
+}
+
 std::string make_temp_dir(const std::string &parent, const std::string &tag) {
+  TempDirRegistry &registry = temp_dir_registry();  // constructed first, so destroyed last
   std::string tmpl = parent + "/colibri-test-" + tag + "-XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
   char *dir = mkdtemp(buf.data());
-  return dir ? std::string(dir) : std::string();
+  if (!dir) return std::string();
+  registry.add(dir);
+  return std::string(dir);
 }
 
 }  // namespace

@@ -41,7 +41,8 @@ bool refresh_header_checksum(std::vector<unsigned char> &bytes);
 // Directory entry i of an in-memory image (a pointer into `bytes`).
 image::TensorEntry *entry_at(std::vector<unsigned char> &bytes, size_t i);
 
-// A fresh, empty temporary directory (removed by the OS test cleanup, not by us).
+// A fresh, empty temporary directory, removed with its contents when the process that made it
+// exits normally (a test that fails its assertions still exits normally).
 std::string temp_dir(const std::string &tag);
 // The same in memory (/dev/shm) where the machine has it, else temp_dir: for tests that write
 // hundreds of small images through the writer, whose fsync would otherwise dominate.
