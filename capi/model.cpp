@@ -24,7 +24,7 @@ colibri_model_options default_model_options() {
   colibri_model_options o{};
   o.struct_size = sizeof o;
   o.populate = 0;
-  o.advice = COLIBRI_ADVICE_NORMAL;
+  o.advice = COLIBRI_ADVICE_HUGEPAGE;
   o.lock_memory = 0;
   o.verify_checksums = 0;
   o.threads = 0;

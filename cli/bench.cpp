@@ -265,6 +265,17 @@ int bench_command(int argc, char **argv) {
     }
   }
 
+  // Read after the tests, which touched every weight page the model reads.
+  const MappingPages pages = weights_loaded ? MappingPages{} : mapping_pages(path);
+  const double huge_share = pages.resident_bytes ? static_cast<double>(pages.huge_page_bytes) / static_cast<double>(pages.resident_bytes) : 0.0;
+  constexpr uint64_t kSmallPageHintBytes = uint64_t{64} << 20;  // below this the TLB cost is noise
+  if (pages.found && pages.resident_bytes >= kSmallPageHintBytes && huge_share < 0.5)
+    std::fprintf(stderr,
+                 "colibri bench: note: %.0f%% of the image's resident pages are 4 KiB pages: the page cache holds '%s' in "
+                 "small folios (it was written or copied in small writes, by cp say), and decode streams weights from them "
+                 "a few percent slower. When no process has it open, `dd if='%s' iflag=nocache count=0` drops them; the "
+                 "next open reads it back in 2 MiB folios (docs/performance.md, \"2 MiB page-cache folios\")\n",
+                 100.0 * (1.0 - huge_share), path.c_str(), path.c_str());
   const std::string model_name = std::string(info.family) + " " + colibri_dtype_name(info.weight_dtype);
   auto stage_count = [](const colibri_stats &s) { return std::min<uint32_t>(s.stage_count, COLIBRI_STATS_MAX_STAGES); };
   if (json) {
@@ -287,6 +298,8 @@ int bench_command(int argc, char **argv) {
                     {"top_k", info.top_k},
                     {"weights", weights_loaded ? "loaded into memory" : "file mapping"},
                     {"placement", info.numa_report}};
+    if (pages.found)
+      out["model"]["mapping"] = {{"resident_bytes", pages.resident_bytes}, {"huge_page_bytes", pages.huge_page_bytes}};
     out["backend"] = backend;
     out["repetitions"] = repetitions;
     out["kv_dtype"] = colibri_dtype_name(kv_dtype);
@@ -341,6 +354,9 @@ int bench_command(int argc, char **argv) {
               format_count(static_cast<double>(info.active_parameter_count)).c_str(), static_cast<double>(info.active_weight_bytes) / 1e6,
               static_cast<unsigned long long>(kv_dtype == COLIBRI_DTYPE_F16 ? info.kv_cache_bytes_per_token / 2 : info.kv_cache_bytes_per_token),
               info.attention, kv_dtype == COLIBRI_DTYPE_F16 ? "f16" : "f32", info.numa_report);
+  if (pages.found)
+    std::printf("  file mapping after the tests: %s resident, %.1f%% of it in 2 MiB pages\n",
+                format_bytes(static_cast<double>(pages.resident_bytes)).c_str(), 100.0 * huge_share);
   std::printf("memory read bandwidth (STREAM-like probe, %zu MiB, %s loads, the better of a plain and a prefetching reader, "
               "median of 5 passes each):",
               probe_bytes >> 20, bandwidths.empty() ? "-" : bandwidths.front().loads.c_str());

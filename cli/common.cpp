@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <climits>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -394,5 +396,34 @@ uint64_t now_ns() {
 }
 
 double seconds_since(uint64_t start_ns) { return static_cast<double>(now_ns() - start_ns) / 1e9; }
+
+MappingPages mapping_pages(const std::string &path) {
+  MappingPages pages;
+  char resolved[PATH_MAX];
+  if (!::realpath(path.c_str(), resolved)) return pages;
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  auto kilobytes = [](const std::string &l, const char *field) -> int64_t {
+    const size_t n = std::strlen(field);
+    if (l.compare(0, n, field) != 0) return -1;
+    return std::strtoll(l.c_str() + n, nullptr, 10);
+  };
+  while (std::getline(smaps, line)) {
+    // A mapping's first line: "start-end perms offset dev inode   pathname"; field lines are
+    // "Name:   value kB", and no field name holds a '-' before its ':'.
+    const size_t colon = line.find(':'), dash = line.find('-');
+    if (dash != std::string::npos && (colon == std::string::npos || dash < colon) && std::isxdigit(static_cast<unsigned char>(line[0]))) {
+      const size_t slash = line.find('/');
+      inside = slash != std::string::npos && line.compare(slash, std::string::npos, resolved) == 0;
+      if (inside) pages.found = true;
+      continue;
+    }
+    if (!inside) continue;
+    if (int64_t kb = kilobytes(line, "Rss:"); kb >= 0) pages.resident_bytes += static_cast<uint64_t>(kb) << 10;
+    if (int64_t kb = kilobytes(line, "FilePmdMapped:"); kb >= 0) pages.huge_page_bytes += static_cast<uint64_t>(kb) << 10;
+  }
+  return pages;
+}
 
 }  // namespace colibri_cli

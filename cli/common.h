@@ -127,4 +127,14 @@ std::vector<int32_t> parse_token_list(const std::string &flag, const std::string
 double seconds_since(uint64_t start_ns);
 uint64_t now_ns();
 
+// This process's file mappings of `path` (/proc/self/smaps, matched by the real path): the bytes
+// resident, and of those the bytes mapped with 2 MiB pages (FilePmdMapped). found is false when
+// nothing maps the file (the weights were loaded into memory) or smaps cannot be read.
+struct MappingPages {
+  bool found = false;
+  uint64_t resident_bytes = 0;
+  uint64_t huge_page_bytes = 0;
+};
+MappingPages mapping_pages(const std::string &path);
+
 }  // namespace colibri_cli

@@ -165,6 +165,7 @@ Error decompress_image(const RepackRequest &r) {
                                                     "is complete; copy the file again",
                                                     r.in.c_str()));
   // The result must be a valid image before it takes the output name.
+  if (Error e = out.flush()) return e;
   Error error;
   auto check = image::Image::open(out.temp_path(), {}, &error);
   if (!check)

@@ -254,7 +254,12 @@ COLIBRI_API int32_t colibri_set_log_callback(colibri_log_fn fn, void *user, int3
 /* "f32", "f16", "bf16", "q8", "q4", "q8f16", "mxfp4", or "unknown". Static string. Thread-safe. */
 COLIBRI_API const char *colibri_dtype_name(uint32_t dtype);
 
-/* How the kernel should page the mapped image (madvise). */
+/* How the kernel should page the mapped image (madvise). HUGEPAGE, the default, asks for 2 MiB
+ * pages: where the file system caches files in large folios (ext4 and XFS on Linux 6.x), the
+ * pages it reads in come as 2 MiB folios and are mapped with 2 MiB pages, so streaming the
+ * weights does not miss the TLB every 4 KiB. It costs no memory. Pages already cached in small
+ * folios (a file copied with cp, say) stay small until the page cache drops them
+ * (docs/performance.md, "2 MiB page-cache folios"). */
 #define COLIBRI_ADVICE_NORMAL 0
 #define COLIBRI_ADVICE_SEQUENTIAL 1
 #define COLIBRI_ADVICE_WILLNEED 2
@@ -335,7 +340,7 @@ typedef struct colibri_model colibri_model;
 typedef struct colibri_model_options {
   uint32_t struct_size;       /* sizeof(colibri_model_options), set by the init function */
   uint32_t populate;          /* 1: MAP_POPULATE, fault every page in at open. Default 0 */
-  uint32_t advice;            /* COLIBRI_ADVICE_*. Default NORMAL */
+  uint32_t advice;            /* COLIBRI_ADVICE_*. Default HUGEPAGE */
   uint32_t lock_memory;       /* 1: mlock the whole image; refusal (RLIMIT_MEMLOCK) is an IO
                                  error. Default 0 */
   uint32_t verify_checksums;  /* 1: check every tensor checksum at open (reads every byte).

@@ -25,7 +25,7 @@ enum class MapAdvice : uint32_t { Normal = 0, Sequential, WillNeed, Random, Huge
 
 struct OpenOptions {
   bool populate = false;          // MAP_POPULATE: fault every page in at open
-  MapAdvice advice = MapAdvice::Normal;
+  MapAdvice advice = MapAdvice::HugePage;  // 2 MiB page-cache folios where the file system has them
   bool lock = false;              // mlock the mapping (needs RLIMIT_MEMLOCK)
   bool verify_checksums = false;  // check every tensor checksum at open (reads all bytes)
 };

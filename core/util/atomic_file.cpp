@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -135,11 +136,11 @@ Error AtomicFile::open(const std::string &path, bool overwrite) {
                                                directory_of(path).c_str(), kTempAttempts));
   ::fchmod(fd_, 0644);
   position_ = 0;
+  staged_bytes_ = 0;
   return {};
 }
 
-Error AtomicFile::pwrite(const void *data, size_t bytes, uint64_t offset) {
-  const char *p = static_cast<const char *>(data);
+Error AtomicFile::write_at(const char *p, size_t bytes, uint64_t offset) {
   while (bytes > 0) {
     ssize_t n = ::pwrite(fd_, p, bytes, static_cast<off_t>(offset));
     if (n < 0) {
@@ -156,9 +157,43 @@ Error AtomicFile::pwrite(const void *data, size_t bytes, uint64_t offset) {
   return {};
 }
 
+Error AtomicFile::flush_staged() {
+  if (staged_bytes_ == 0) return {};
+  const size_t n = staged_bytes_;
+  staged_bytes_ = 0;  // a failed span is not handed on twice
+  return write_at(staged_.data(), n, position_ - n);
+}
+
+Error AtomicFile::pwrite(const void *data, size_t bytes, uint64_t offset) {
+  if (fd_ < 0) return make_error(ErrorKind::Internal, "AtomicFile::pwrite without an open file");
+  if (Error e = flush_staged()) return e;
+  return write_at(static_cast<const char *>(data), bytes, offset);
+}
+
 Error AtomicFile::write(const void *data, size_t bytes) {
-  if (Error e = pwrite(data, bytes, position_)) return e;
-  position_ += bytes;
+  if (fd_ < 0) return make_error(ErrorKind::Internal, "AtomicFile::write without an open file");
+  const char *p = static_cast<const char *>(data);
+  while (bytes > 0) {
+    // Whole spans at a span boundary, with nothing staged, go to the file as they are.
+    if (staged_bytes_ == 0 && position_ % kWriteSpan == 0 && bytes >= kWriteSpan) {
+      const size_t whole = bytes / kWriteSpan * kWriteSpan;
+      if (Error e = write_at(p, whole, position_)) return e;
+      p += whole;
+      bytes -= whole;
+      position_ += whole;
+      continue;
+    }
+    if (staged_.empty()) staged_.resize(kWriteSpan);
+    const size_t room = kWriteSpan - static_cast<size_t>(position_ % kWriteSpan);  // to the next boundary
+    const size_t n = std::min(room, bytes);
+    std::memcpy(staged_.data() + staged_bytes_, p, n);
+    staged_bytes_ += n;
+    position_ += n;
+    p += n;
+    bytes -= n;
+    if (position_ % kWriteSpan == 0)
+      if (Error e = flush_staged()) return e;
+  }
   return {};
 }
 
@@ -174,6 +209,7 @@ Error AtomicFile::write_zeros(uint64_t bytes) {
 
 Error AtomicFile::commit() {
   if (fd_ < 0) return make_error(ErrorKind::Internal, "AtomicFile::commit without an open file");
+  if (Error e = flush_staged()) return e;
   if (::fsync(fd_) != 0) {
     int e = errno;
     return make_error(ErrorKind::Io, strprintf("fsync '%s' failed: %s", temp_path_.c_str(), errno_text(e).c_str()));
@@ -197,6 +233,7 @@ Error AtomicFile::commit() {
 }
 
 void AtomicFile::abort() {
+  staged_bytes_ = 0;
   if (!temp_path_.empty() && !committed_) {
     ::unlink(temp_path_.c_str());  // before the lock is released by the close
     temp_path_.clear();

@@ -11,6 +11,14 @@
 // without flock nothing is removed (and writers write unlocked). A temporary file left by a
 // build older than this one, which took no lock, counts as stale.
 //
+// Page-cache folios. write() stages its bytes and hands them to the kernel in spans that start
+// and end on 2 MiB boundaries of the file (kWriteSpan). A file system with large folios (ext4
+// and XFS on Linux 6.x) then caches the new file in 2 MiB folios, which a later mmap maps with
+// 2 MiB pages: the decode path streams the weights and misses the TLB every 4 KiB otherwise
+// (docs/performance.md, "2 MiB page-cache folios"). Writes of 128 KiB, as cp and cat make,
+// leave the file cached in small folios. A staged byte reaches the file at the next span
+// boundary, at pwrite() or at commit(); a failed write is reported by the call that hands it on.
+//
 // SIGXFSZ. A write beyond the file-size limit (ulimit -f, RLIMIT_FSIZE) raises SIGXFSZ, whose
 // default action kills the process (exit status 153) before write() can return EFBIG, and no
 // destructor runs to remove the temporary file. This library does not change the process's
@@ -42,10 +50,17 @@ class AtomicFile {
   // The stale temporary files open() removed (paths), for a note to the user.
   const std::vector<std::string> &removed_stale() const { return removed_stale_; }
 
-  Error write(const void *data, size_t bytes);                 // appends at the write cursor
-  Error pwrite(const void *data, size_t bytes, uint64_t offset);  // positioned, cursor unchanged
+  // The span write() hands on at a time: a multiple of the 2 MiB folio, at 2 MiB-aligned offsets.
+  static constexpr size_t kWriteSpan = size_t{8} << 20;
+
+  Error write(const void *data, size_t bytes);                 // appends at the write cursor (staged)
+  Error pwrite(const void *data, size_t bytes, uint64_t offset);  // positioned, cursor unchanged; hands on
+                                                                  // the staged bytes first
   Error write_zeros(uint64_t bytes);
-  uint64_t position() const { return position_; }
+  // Hands the staged bytes on, so that the temporary file holds everything written (for a
+  // reader of temp_path() before commit).
+  Error flush() { return flush_staged(); }
+  uint64_t position() const { return position_; }  // staged bytes included
 
   // fsync, rename over the target, fsync the directory.
   Error commit();
@@ -56,8 +71,13 @@ class AtomicFile {
   const std::string &temp_path() const { return temp_path_; }
 
  private:
+  Error write_at(const char *p, size_t bytes, uint64_t offset);  // the pwrite loop, unstaged
+  Error flush_staged();
+
   int fd_ = -1;
   bool committed_ = false;
+  std::vector<char> staged_;  // kWriteSpan bytes once the first write() comes
+  size_t staged_bytes_ = 0;   // the bytes before position_ not yet handed on
   uint64_t position_ = 0;
   std::string path_;
   std::string temp_path_;

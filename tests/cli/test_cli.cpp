@@ -619,6 +619,12 @@ TEST_CASE("bench --json parses and has the table's fields", "[cli][bench]") {
   CHECK(j["model"]["parameter_count"].get<uint64_t>() > j["model"]["active_parameter_count"].get<uint64_t>());
   CHECK(j["model"]["file_size_bytes"].get<uint64_t>() > 0);
   CHECK(j["model"]["weights"] == "file mapping");
+  // The mapping's pages as /proc/self/smaps counts them after the tests: the weights were read.
+  REQUIRE(j["model"].contains("mapping"));
+  const uint64_t resident = j["model"]["mapping"]["resident_bytes"].get<uint64_t>();
+  CHECK(resident >= j["model"]["active_weight_bytes"].get<uint64_t>());
+  CHECK(resident <= j["model"]["file_size_bytes"].get<uint64_t>() + 4096);
+  CHECK(j["model"]["mapping"]["huge_page_bytes"].get<uint64_t>() <= resident);
   CHECK(j["backend"].get<std::string>().rfind("cpu-", 0) == 0);
   REQUIRE(j["bandwidth"].size() == 1);
   const json &bw = j["bandwidth"][0];
@@ -648,7 +654,12 @@ TEST_CASE("bench --json parses and has the table's fields", "[cli][bench]") {
   Run table = colibri("bench -p 16 -n 8 -r 3 -t 1 --probe-mib 32");
   REQUIRE(table.exit_code == 0);
   CHECK_THAT(table.out, Contains("| model | size | params | backend | threads | test | t/s |") && Contains("| pp16 |") &&
-                            Contains("| tg8 |") && Contains("GB/s") && Contains(" ± "));
+                            Contains("| tg8 |") && Contains("GB/s") && Contains(" ± ") &&
+                            Contains("file mapping after the tests: ") && Contains("% of it in 2 MiB pages"));
+  // Loaded into memory, nothing maps the file: no mapping line.
+  Run loaded = colibri("bench -p 0 -n 4 -r 1 -t 1 --json --probe-mib 16 --load-into-memory");
+  REQUIRE(loaded.exit_code == 0);
+  CHECK_FALSE(json::parse(loaded.out)["model"].contains("mapping"));
 }
 
 TEST_CASE("bench -d runs every test after that many cached positions, named as llama-bench names them", "[cli][bench]") {

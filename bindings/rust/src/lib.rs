@@ -570,6 +570,7 @@ impl DetokenizeFlags {
 pub struct ModelOptions {
     /// MAP_POPULATE: fault every page in at open.
     pub populate: bool,
+    /// madvise hint for the mapping; `None` keeps the C default, [`Advice::HugePage`].
     pub advice: Option<Advice>,
     /// mlock the whole image (a refusal is an [`Status::IO`] error).
     pub lock_memory: bool,
