@@ -13,7 +13,8 @@
 // can do when it runs, while the wall-clock figures include time lost to other load.
 //
 // Usage: kernels_bench [--isa scalar|avx2|avx512] [--threads N] [--runs N] [--quick] [--batch]
-//   --batch: only the sweep of 1..64 tokens per expert matrix from DRAM (matmul_rows vs gemm_rows)
+//   --batch: only the sweep of 1..64 tokens per expert matrix from DRAM (matmul_rows vs gemm_rows);
+//            --dtype f16|q8/32|q4/32 and --tokens 6,7,8 narrow it to one dtype and those counts
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -218,6 +219,8 @@ struct Options {
   int runs = 5;
   bool quick = false;
   bool batch = false;  // --batch: only the tokens-per-expert sweep
+  std::string batch_dtype;            // --dtype: the sweep for one of f16, q8/32, q4/32 only
+  std::vector<size_t> batch_tokens;   // --tokens 6,8: those token counts only
 };
 
 Options parse(int argc, char **argv) {
@@ -245,8 +248,22 @@ Options parse(int argc, char **argv) {
       o.quick = true;
     } else if (a == "--batch") {
       o.batch = true;
+    } else if (a == "--dtype") {
+      o.batch_dtype = value();
+    } else if (a == "--tokens") {
+      const std::string v = value();
+      for (size_t p = 0; p < v.size();) {
+        const size_t comma = std::min(v.find(',', p), v.size());
+        const unsigned long t = std::strtoul(v.substr(p, comma - p).c_str(), nullptr, 10);
+        if (t < 1 || t > 64) {
+          std::fprintf(stderr, "kernels_bench: --tokens takes counts 1..64, got '%s'\n", v.c_str());
+          std::exit(2);
+        }
+        o.batch_tokens.push_back(t);
+        p = comma + 1;
+      }
     } else {
-      std::fprintf(stderr, "usage: kernels_bench [--isa scalar|avx2|avx512] [--threads N] [--runs N>=3] [--quick] [--batch]\n");
+      std::fprintf(stderr, "usage: kernels_bench [--isa scalar|avx2|avx512] [--threads N] [--runs N>=3] [--quick] [--batch [--dtype f16|q8/32|q4/32] [--tokens T,T,...]]\n");
       std::exit(a == "--help" || a == "-h" ? 0 : 2);
     }
   }
@@ -258,7 +275,7 @@ Options parse(int argc, char **argv) {
 // of one expert matrix per call split over the pool as the engine does, for T = 1..16
 // through the driver the engine picks (matmul_rows for T <= 8, gemm_rows above) and the
 // other one: GFLOP/s and GB/s of weight bytes.
-void batch_sweep(const KernelTable &k, ThreadPool &pool, size_t dram_bytes, int runs) {
+void batch_sweep(const KernelTable &k, ThreadPool &pool, size_t dram_bytes, int runs, const Options &opt) {
   std::printf("\nbatched decode from DRAM: an expert's matrix per call, %zu threads, GFLOP/s (GB/s of weights)\n",
               pool.thread_count());
   std::printf("%-10s %-6s %3s  %-26s %-26s\n", "rows x cols", "dtype", "T", "matmul_rows", "gemm_rows");
@@ -267,8 +284,10 @@ void batch_sweep(const KernelTable &k, ThreadPool &pool, size_t dram_bytes, int 
   for (const auto &shape : shapes) {
     const size_t rows = shape[0], cols = shape[1];
     for (const Format *f : formats) {
+      if (!opt.batch_dtype.empty() && opt.batch_dtype != f->name) continue;
       const Weights w = make_dram_weights(k, *f, rows, cols, dram_bytes);
-      for (size_t tokens : {1, 2, 4, 6, 8, 10, 12, 16, 24, 32, 48, 64}) {
+      const std::vector<size_t> all_tokens = {1, 2, 4, 6, 8, 10, 12, 16, 24, 32, 48, 64};
+      for (size_t tokens : opt.batch_tokens.empty() ? all_tokens : opt.batch_tokens) {
         const Activations act = make_activations(k, *f, cols, tokens);
         std::vector<float> y(tokens * rows);
         std::string cells[2];
@@ -310,7 +329,7 @@ int main(int argc, char **argv) {
 
   if (opt.batch) {
     std::printf("kernels_bench --batch: isa %s\n", colibri::kernels::isa_name(k.isa));
-    batch_sweep(k, many, dram_bytes, opt.runs);
+    batch_sweep(k, many, dram_bytes, opt.runs, opt);
     return 0;
   }
   std::printf("kernels_bench: isa %s, %zu thread(s) vs 1, medians of %d runs [min..max]\n",

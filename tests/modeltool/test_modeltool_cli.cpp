@@ -382,6 +382,48 @@ TEST_CASE("repack to q8 reports a rounding error bounded by scale/2", "[cli][rep
   CHECK(rows_checked > 0);
 }
 
+TEST_CASE("repack to q8 writes every row of tensors that take several output chunks", "[cli][repack][threads]") {
+  // repack converts 8 MiB of output at a time and hands each chunk to the writer on another
+  // thread while the next is converted (two buffers in turn): a 4 × 2048 × 1024 expert tensor
+  // is 9.4 MB in q8, two chunks. Every row must be the quantiser's bytes of the input row.
+  const std::string dir = testing::memory_temp_dir("cli-chunks");
+  testing::SyntheticImageSpec spec;
+  spec.layers = 1;
+  spec.hidden = 1024;
+  spec.ffn = 2048;
+  spec.experts = 4;
+  const std::string in = dir + "/big.colibri";
+  REQUIRE_FALSE(testing::write_synthetic_image(in, spec));
+  for (const char *threads : {"1", "2"}) {
+    INFO("--threads " << threads);
+    Run r = run_tool("repack " + in + " " + dir + "/q.colibri --force --no-progress --dtype q8 --threads " + threads);
+    REQUIRE(r.exit_code == 0);
+    Error err;
+    auto a = image::Image::open(in, {}, &err);
+    auto q = image::Image::open(dir + "/q.colibri", {}, &err);
+    REQUIRE((a && q));
+    size_t multi_chunk = 0;
+    for (const char *name : {"blk.0.ffn_gate_exps", "blk.0.ffn_up_exps", "blk.0.ffn_down_exps"}) {
+      INFO(name);
+      const image::TensorInfo *t = q->find(name);
+      REQUIRE(t != nullptr);
+      REQUIRE(t->dtype == image::DType::Q8);
+      const uint64_t cols = t->shape[t->rank - 1], rows = t->element_count() / cols;
+      const uint64_t row = image::row_bytes(image::DType::Q8, 32, cols);
+      if (rows * row > (8u << 20)) ++multi_chunk;
+      const std::vector<float> x = tensor_values(*a, *a->find(name));
+      std::vector<unsigned char> expected(row);
+      uint64_t differing_rows = 0;
+      for (uint64_t r0 = 0; r0 < rows; ++r0) {
+        image::quantize_row_q8(&x[r0 * cols], cols, 32, expected.data(), nullptr);
+        if (std::memcmp(expected.data(), q->data(*t) + r0 * row, row) != 0) ++differing_rows;
+      }
+      CHECK(differing_rows == 0);
+    }
+    CHECK(multi_chunk == 3);
+  }
+}
+
 TEST_CASE("repack writes the same bytes and report for any --threads, and refuses absurd counts", "[cli][repack][threads]") {
   std::string dir = testing::temp_dir("cli-threads");
   std::string path = make_image(dir);
