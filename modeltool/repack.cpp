@@ -189,39 +189,6 @@ constexpr unsigned kMaxRepackThreads = 1024;
 // and the writer appends while memory is warm.
 constexpr uint64_t kChunkOutputBytes = 8u << 20;
 
-// Hands a converted chunk to the writer on a thread of its own while the pool converts the
-// next one (the writer's copy into the page cache and its hashing took as long as the
-// conversion itself: a q8 repack of the 1.28 GB f16 benchmark image spent 1.8 s of its 3.3 s
-// in pwrite). One append in flight at a time, in chunk order, so the file and its hash are
-// those of appending serially; wait() joins it and returns its error.
-class ChunkAppender {
- public:
-  explicit ChunkAppender(image::ImageWriter *writer) : writer_(writer) {}
-  ~ChunkAppender() { (void)wait(); }
-  ChunkAppender(const ChunkAppender &) = delete;
-  ChunkAppender &operator=(const ChunkAppender &) = delete;
-
-  // Starts appending data[0, bytes) after the previous append has finished (its error, if
-  // any, is returned instead and nothing more is appended). data must stay untouched until
-  // the next submit() or wait().
-  Error submit(const unsigned char *data, uint64_t bytes) {
-    if (Error e = wait()) return e;
-    worker_ = std::thread([this, data, bytes] { error_ = writer_->append(data, bytes); });
-    return {};
-  }
-  Error wait() {
-    if (worker_.joinable()) worker_.join();
-    Error e = error_;
-    error_ = {};
-    return e;
-  }
-
- private:
-  image::ImageWriter *writer_;
-  std::thread worker_;
-  Error error_;
-};
-
 // One row's part of a TensorReport, merged in row order after each chunk.
 struct RowReport {
   size_t bad_column;      // first value the target cannot store (cols if none)
@@ -249,7 +216,7 @@ Error convert_tensor(const image::Image &img, const image::TensorInfo &t, image:
   std::vector<unsigned char> buffers[2];
   buffers[0].resize(std::min(rows, chunk_rows) * dst_row);
   if (rows > chunk_rows) buffers[1].resize(buffers[0].size());
-  ChunkAppender appender(writer);
+  image::ChunkAppender appender(writer);  // writes one buffer while the pool fills the other
   std::vector<RowReport> row_reports(std::min(rows, chunk_rows));
   float max_scale = 0.0f;
   double max_abs_value = 0.0;

@@ -189,4 +189,17 @@ Error ImageWriter::finish() {
   return file_.commit();
 }
 
+Error ChunkAppender::submit(const void *data, size_t bytes) {
+  if (Error e = wait()) return e;
+  worker_ = std::thread([this, data, bytes] { error_ = writer_->append(data, bytes); });
+  return {};
+}
+
+Error ChunkAppender::wait() {
+  if (worker_.joinable()) worker_.join();
+  Error e = error_;
+  error_ = {};
+  return e;
+}
+
 }  // namespace colibri::image

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "image/format.h"
@@ -78,6 +79,33 @@ class ImageWriter {
   uint64_t current_written_ = 0;
   std::shared_ptr<Hasher> hasher_;
   bool failed_ = false;
+};
+
+// Appends chunks to an ImageWriter on a thread of its own, so that the caller can convert the
+// next chunk meanwhile (repack: the writer's copy into the page cache and its hashing were
+// serial, 1.8 s of a 3.3 s q8 repack of a 1.28 GB f16 image was pwrite; with it, 2.4–2.9 s
+// against 3.2–4.1 s onto ext4). One append in flight at a time, in submission order: the file
+// and its hash are those of appending serially. Nothing else may call the writer while an
+// append is in flight. (convert, whose chunks are 4 MiB of source and whose appends mostly
+// fill the file's 8 MiB staging span without a write, measured no gain and does not use it.)
+class ChunkAppender {
+ public:
+  explicit ChunkAppender(ImageWriter *writer) : writer_(writer) {}
+  ~ChunkAppender() { (void)wait(); }
+  ChunkAppender(const ChunkAppender &) = delete;
+  ChunkAppender &operator=(const ChunkAppender &) = delete;
+
+  // Waits for the previous append; if it failed, returns its error and appends nothing more.
+  // Otherwise starts appending data[0, bytes), which must stay untouched until the next
+  // submit() or wait().
+  Error submit(const void *data, size_t bytes);
+  // Waits for the append in flight, if any, and returns its error.
+  Error wait();
+
+ private:
+  ImageWriter *writer_;
+  std::thread worker_;
+  Error error_;
 };
 
 // Checksum helpers (XXH3-64) shared by the writer, reader and tools.
