@@ -216,7 +216,7 @@ Error convert_tensor(const image::Image &img, const image::TensorInfo &t, image:
   std::vector<unsigned char> buffers[2];
   buffers[0].resize(std::min(rows, chunk_rows) * dst_row);
   if (rows > chunk_rows) buffers[1].resize(buffers[0].size());
-  image::ChunkAppender appender(writer);  // writes one buffer while the pool fills the other
+  image::ChunkAppender appender(writer);
   std::vector<RowReport> row_reports(std::min(rows, chunk_rows));
   float max_scale = 0.0f;
   double max_abs_value = 0.0;
