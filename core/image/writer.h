@@ -86,8 +86,8 @@ class ImageWriter {
 // serial, 1.8 s of a 3.3 s q8 repack of a 1.28 GB f16 image was pwrite; with it, 2.4–2.9 s
 // against 3.2–4.1 s onto ext4). One append in flight at a time, in submission order: the file
 // and its hash are those of appending serially. Nothing else may call the writer while an
-// append is in flight. (convert, whose chunks are 4 MiB of source and whose appends mostly
-// fill the file's 8 MiB staging span without a write, measured no gain and does not use it.)
+// append is in flight. convert uses it too (its page-cache copy was 42% of a q8 convert into
+// /dev/shm; docs/performance.md, "The tools' q8 quantiser in AVX2").
 class ChunkAppender {
  public:
   explicit ChunkAppender(ImageWriter *writer) : writer_(writer) {}

@@ -1,10 +1,14 @@
-// kernels/cpu/common.cpp — what every table shares and needs no ISA: the argument checks, the
-// small public helpers of kernels.h and the single-value conversions. Compiled without ISA
+// kernels/cpu/common.cpp — what every table shares and needs no ISA: the CPU feature probes, the
+// argument checks, the small public helpers of kernels.h and the single-value conversions. Compiled without ISA
 // flags, into colibri_kernels_scalar together with the scalar table (kernels/CMakeLists.txt).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+
+#if defined(COLIBRI_KERNELS_X86)
+#include <cpuid.h>
+#endif
 
 #include "kernels/cpu/internal.h"
 
@@ -44,6 +48,46 @@ void check_matmul_args(const void *weights, DType dtype, uint32_t group_size, si
   if (weights == nullptr || x == nullptr || y == nullptr) fail("null weights, x or y", 0, 0);
   if (token_count > 1 && y_stride < row_end) fail("y_stride < row_end", y_stride, row_end);
 }
+
+namespace {
+
+struct CpuFeatures {
+  bool avx2 = false;
+  bool avx512 = false;
+  bool avx512_vnni = false;
+};
+
+#if defined(COLIBRI_KERNELS_X86)
+// CPUID.1:ECX bit 29. (Clang 14's __builtin_cpu_supports does not know "f16c".)
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+#endif
+
+// __builtin_cpu_supports also checks that the OS saves the YMM/ZMM state (XGETBV).
+CpuFeatures probe_cpu() {
+  CpuFeatures f;
+#if defined(COLIBRI_KERNELS_X86)
+  __builtin_cpu_init();
+  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
+  f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  f.avx512_vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
+#endif
+  return f;
+}
+
+const CpuFeatures &cpu() {
+  static const CpuFeatures features = probe_cpu();
+  return features;
+}
+
+}  // namespace
+
+bool cpu_supports_avx2() { return cpu().avx2; }
+bool cpu_supports_avx512() { return cpu().avx512; }
+bool cpu_supports_avx512_vnni() { return cpu().avx512_vnni; }
 
 }  // namespace detail
 
@@ -129,6 +173,13 @@ size_t decode_driver_max_tokens(Isa isa, DType dtype) {
     case Isa::Scalar: break;
   }
   return 8;
+}
+
+QuantizeQ8Fn conversion_quantize_row_q8() {
+#if defined(COLIBRI_KERNELS_X86)
+  if (detail::cpu_supports_avx2()) return detail::quantize_row_q8_avx2;
+#endif
+  return detail::scalar_table().quantize_row_q8;
 }
 
 }  // namespace colibri::kernels

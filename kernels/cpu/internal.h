@@ -23,10 +23,14 @@ const KernelTable &avx2_table();
 const KernelTable &avx512_table();
 const KernelTable &avx512_vnni_table();  // same results as avx512_table, q8 via VNNI
 
-// CPU feature probes (cached; cheap after the first call).
+// CPU feature probes (common.cpp; cached, cheap after the first call).
 bool cpu_supports_avx2();
 bool cpu_supports_avx512();
 bool cpu_supports_avx512_vnni();
+
+// The AVX2 tables' q8 quantiser built into colibri_kernels_scalar (convert_avx2.cpp, x86 only):
+// call it only when cpu_supports_avx2().
+void quantize_row_q8_avx2(const float *x, size_t cols, uint32_t group_size, void *out);
 
 // Precondition checks shared by every table. A violated precondition is a bug in the
 // caller, so these print what was wrong and abort (they cost a few compares per call).

@@ -234,9 +234,16 @@ const KernelTable &default_kernel_table();
 
 // The scalar table: the same object as kernel_table(Isa::Scalar), the reference every other
 // table is tested against. Tools that want the reference rounding and nothing else (the
-// converter's q8 quantiser and row conversions) call this one: it is in the small library
-// colibri_kernels_scalar, which links without the SIMD tables and the CPU probes.
+// converter's row conversions) call this one: it is in the small library
+// colibri_kernels_scalar, which links without the SIMD tables.
 const KernelTable &scalar_kernel_table();
+
+// The q8 quantiser of the converters and repack, also in colibri_kernels_scalar: the AVX2
+// tables' code when the CPU has AVX2 (3-4x the scalar one's speed), else the scalar table's.
+// Either writes the scalar rule's bytes for finite input (tested); a group holding a NaN or an
+// infinity gets a NaN scale and zero codes from both, but the NaN's bits may differ (the
+// writers refuse such values before quantising).
+QuantizeQ8Fn conversion_quantize_row_q8();
 
 // Single-value conversions (exact definitions the row conversions follow).
 float f16_to_f32_value(uint16_t h);

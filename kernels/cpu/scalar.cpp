@@ -85,7 +85,8 @@ namespace {
 // integer operations on bit patterns, so both versions write the same bits; the sanitizer
 // builds keep the baseline version only, so the test suite runs it there. (A q8 repack of the
 // 1.28 GB f16 benchmark image: the f16 widening went from 13% to 3% of its samples. The q8
-// quantiser compiled the same way ran 2.2x slower than its SSE2 build, so it is not cloned.)
+// quantiser compiled the same way ran 2.2x slower than its SSE2 build, so it is not cloned:
+// the tools take the AVX2 tables' hand-written one, conversion_quantize_row_q8 in kernels.h.)
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 #define COLIBRI_CONVERSION_CLONES __attribute__((target_clones("avx2", "default")))
 #else

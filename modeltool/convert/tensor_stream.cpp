@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "image/dtype_convert.h"
 #include "modeltool/cli_support.h"
@@ -68,6 +69,9 @@ Error TensorStreamer::write(const SafetensorsCheckpoint &checkpoint, const Plann
 
   if (tensor.mxfp4.used) return write_mxfp4(checkpoint, tensor, writer, on_progress);
   if (!tensor.slice.identity()) return write_sliced(checkpoint, tensor, writer, on_progress);
+  // Converted chunks go to the writer on its own thread while the pool converts the next one:
+  // encoded_ and spare_ take turns (the one submitted last is in flight, the other is free).
+  image::ChunkAppender appender(writer);
   for (size_t k = 0; k < tensor.sources.size(); ++k) {
     const SafetensorsTensor *source = tensor.sources[k];
     const bool fp8 = k < tensor.fp8_scales.size() && tensor.fp8_scales[k];
@@ -86,7 +90,8 @@ Error TensorStreamer::write(const SafetensorsCheckpoint &checkpoint, const Plann
       const uint64_t chunk_bytes = n * source_row_bytes;
       Error error;
       if (!fp8 && decoded == stored) {
-        error = writer->append(chunk, chunk_bytes);  // same dtype: straight from the map
+        error = appender.wait();  // same dtype: straight from the map, after what is in flight
+        if (!error) error = writer->append(chunk, chunk_bytes);
       } else {
         rows_.resize(n * cols);
         const uint64_t out_row_bytes = image::row_bytes(stored, group, cols);
@@ -113,14 +118,15 @@ Error TensorStreamer::write(const SafetensorsCheckpoint &checkpoint, const Plann
                                               static_cast<unsigned long long>(row + r), bad, tensor.spec.name.c_str(),
                                               image::unstorable_reason(stored), image::storable_alternatives(stored)));
         }
-        error = writer->append(encoded_.data(), encoded_.size());
+        error = appender.submit(encoded_.data(), encoded_.size());
+        std::swap(encoded_, spare_);  // the data in flight stays where it is
       }
       checkpoint.release(*source, chunk, chunk_bytes);
       if (error) return error;
       on_progress(chunk_bytes);
     }
   }
-  return {};
+  return appender.wait();
 }
 
 // A re-laid-out source (SourceSlice): one [A, C] matrix of the source at a time is decoded

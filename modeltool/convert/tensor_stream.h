@@ -46,6 +46,7 @@ class TensorStreamer {
   std::vector<float> rows_;               // decoded f32 rows of one chunk
   std::vector<size_t> bad_column_;        // per row of the chunk: first unstorable column, or cols
   std::vector<unsigned char> encoded_;    // the same rows in the stored dtype
+  std::vector<unsigned char> spare_;      // write(): the previous chunk's, appended meanwhile
 };
 
 }  // namespace colibri::modeltool::convert

@@ -9,6 +9,7 @@
 #include <thread>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <filesystem>
@@ -27,6 +28,7 @@
 #include "model/tensor_names.h"
 #include "modeltool/cli_support.h"
 #include "modeltool/commands.h"
+#include "modeltool/convert/tensor_stream.h"
 
 using namespace colibri;
 using Catch::Contains;
@@ -289,6 +291,50 @@ TEST_CASE("convert writes the same bytes for any thread count", "[convert][threa
     INFO(image::dtype_name(dtype));
     CHECK(files[0] == files[1]);
     CHECK(files[0] == files[2]);
+  }
+}
+
+TEST_CASE("convert to q8 and q4 writes every row of sources that take several chunks", "[convert][threads]") {
+  // convert reads 4 MiB of source at a time and hands each converted chunk to the writer on
+  // another thread while the next is converted (two buffers in turn): a 4608 x 512 f32 expert
+  // matrix is 9.4 MB, three chunks. Every row must be the quantiser's bytes of the source row.
+  ScopedTempDir dir("chunks");
+  SyntheticCheckpointSpec s;
+  s.layers = 1;
+  s.hidden = 512;
+  s.expert_ffn = 4608;
+  s.experts = 2;
+  REQUIRE_FALSE(testing::write_synthetic_checkpoint(dir / "hf", s));
+  for (image::DType dtype : {image::DType::Q8, image::DType::Q4}) {
+    for (size_t threads : {1, 2}) {
+      INFO(image::dtype_name(dtype) << ", " << threads << " threads");
+      modeltool::convert::ConvertOptions options;
+      options.input = dir / "hf";
+      options.output = dir / "q.colibri";
+      options.dtype = dtype;
+      options.threads = threads;
+      options.overwrite = true;
+      modeltool::convert::ConvertReport report;
+      REQUIRE_FALSE(modeltool::convert::convert_checkpoint(options, &report));
+      auto img = testing::open_image(options.output);
+      const image::TensorInfo *t = img->find("blk.0.ffn_gate_exps");
+      REQUIRE(t != nullptr);
+      REQUIRE(t->dtype == dtype);
+      const std::vector<std::string> sources = hf_sources(s, t->name);
+      const uint64_t cols = s.hidden, rows = s.expert_ffn;
+      REQUIRE(rows * cols * 4 > 2 * modeltool::convert::TensorStreamer::kChunkSourceBytes);
+      const uint64_t row = image::row_bytes(dtype, t->group_size, cols);
+      std::vector<float> x(cols);
+      std::vector<unsigned char> expected(row);
+      uint64_t differing_rows = 0;
+      for (size_t k = 0; k < sources.size(); ++k)
+        for (uint64_t r = 0; r < rows; ++r) {
+          for (uint64_t c = 0; c < cols; ++c) x[c] = source_value(s, sources[k], r * cols + c);
+          image::quantize_row(dtype, t->group_size, x.data(), cols, expected.data());
+          if (std::memcmp(expected.data(), img->data(*t) + (k * rows + r) * row, row) != 0) ++differing_rows;
+        }
+      CHECK(differing_rows == 0);
+    }
   }
 }
 

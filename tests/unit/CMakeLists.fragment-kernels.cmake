@@ -11,7 +11,8 @@ set(_colibri_kernels_unit_dir ${CMAKE_CURRENT_LIST_DIR})
 
 add_executable(kernels_tests
   ${_colibri_kernels_unit_dir}/kernels_matmul_test.cpp
-  ${_colibri_kernels_unit_dir}/kernels_elementwise_test.cpp)
+  ${_colibri_kernels_unit_dir}/kernels_elementwise_test.cpp
+  ${_colibri_kernels_unit_dir}/kernels_quantize_test.cpp)
 target_link_libraries(kernels_tests PRIVATE colibri_kernels Catch2::Catch2WithMain)
 add_test(NAME kernels_tests COMMAND kernels_tests)
 
