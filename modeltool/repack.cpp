@@ -242,10 +242,7 @@ Error convert_tensor(const image::Image &img, const image::TensorInfo &t, image:
       if (target == image::DType::Q8) {
         rr.max_abs_error = image::quantize_row_q8(v, cols, group, out, &rr.max_scale);
       } else if (image::is_block_dtype(target)) {  // q4, q8f16, mxfp4: the error measured, no bound given
-        image::quantize_row(target, group, v, cols, out);
-        image::dequantize_row(target, group, out, cols, b);
-        for (uint64_t c = 0; c < cols; ++c)
-          rr.max_abs_error = std::max(rr.max_abs_error, std::fabs(static_cast<double>(v[c]) - b[c]));
+        rr.max_abs_error = image::quantize_row_measured(target, group, v, cols, out, b);
       } else {
         image::encode_floats(target, v, cols, out);
         image::decode_floats(target, out, cols, b);

@@ -1,12 +1,24 @@
-// core/image/dtype_convert.cpp — scalar dtype conversions for the converter and repack.
+// core/image/dtype_convert.cpp — dtype conversions for the converter and repack: the scalar
+// rules, and where the CPU has AVX2 their twins of dtype_convert_avx2.cpp for the f16 widening
+// and the q4 quantiser (same bytes).
 #include "image/dtype_convert.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "image/dtype_convert_avx2.h"
 #include "kernels/cpu/kernels.h"
 
 namespace colibri::image {
+
+namespace {
+
+// Whether the AVX2 twins of dtype_convert_avx2.h run here: built in, and the CPU has AVX2, FMA
+// and F16C (the kernels' probe, evaluated once there).
+bool use_avx2() { return detail::kHaveAvx2Conversions && kernels::best_isa() >= kernels::Isa::Avx2; }
+
+}  // namespace
 
 // The element conversions are defined once, in kernels/ (kernels.h: the *_value functions,
 // which every ISA's row conversions match bit for bit); the image layer forwards to them so
@@ -19,16 +31,18 @@ float bf16_to_f32(uint16_t b) { return kernels::bf16_to_f32_value(b); }
 uint16_t f32_to_bf16(float f) { return kernels::f32_to_bf16_value(f); }
 
 // Whole rows go through the scalar kernel table's row conversions (one call per row, the
-// scalar definitions inlined there): bit for bit the element functions above on every
-// machine, NaN payloads included, which the SIMD tables do not promise.
+// scalar definitions inlined there), or for f16 → f32 F16C's (every pattern the same bits,
+// tested): bit for bit the element functions above on every machine, NaN payloads included,
+// which the SIMD tables do not promise for the narrowing conversions.
 void decode_floats(DType dtype, const void *src, size_t count, float *dst) {
   const kernels::KernelTable &scalar = kernels::scalar_kernel_table();
   switch (dtype) {
     case DType::F32:
       std::memcpy(dst, src, count * 4);
       break;
-    case DType::F16:
-      scalar.f16_to_f32(static_cast<const uint16_t *>(src), dst, count);
+    case DType::F16:  // 8% of a q4 repack in the scalar loop
+      if (use_avx2()) detail::f16_to_f32_avx2(static_cast<const uint16_t *>(src), dst, count);
+      else scalar.f16_to_f32(static_cast<const uint16_t *>(src), dst, count);
       break;
     case DType::BF16:
       scalar.bf16_to_f32(static_cast<const uint16_t *>(src), dst, count);
@@ -243,7 +257,9 @@ uint8_t nibble(const unsigned char *packed, uint32_t i) {
   return i < kSubBlock / 2 ? packed[i] & 0x0F : packed[i - kSubBlock / 2] >> 4;
 }
 
-void quantize_q8f16(const float *x, unsigned char *block) {
+}  // namespace
+
+void detail::quantize_q8f16_scalar(const float *x, unsigned char *block) {
   const float amax = max_magnitude(x, kQ8F16GroupSize);
   const uint16_t h = f32_to_f16(amax / 127.0f);
   const float scale = f16_to_f32(h);
@@ -254,7 +270,7 @@ void quantize_q8f16(const float *x, unsigned char *block) {
   std::memcpy(block + 2, q, kQ8F16GroupSize);
 }
 
-void quantize_q4(const float *x, uint32_t group_size, unsigned char *block) {
+void detail::quantize_q4_scalar(const float *x, uint32_t group_size, unsigned char *block) {
   // The value of largest magnitude, the first of them if several: its sign sets the scale's.
   const float amax = max_magnitude(x, group_size);
   // The first index of that magnitude, as an integer min reduction over the bit patterns
@@ -285,6 +301,8 @@ void quantize_q4(const float *x, uint32_t group_size, unsigned char *block) {
     pack_nibbles(codes, block + 2 + s * (kSubBlock / 2));
   }
 }
+
+namespace {
 
 // Nearest e2m1 code of a magnitude (ties to the even code, saturating at 6).
 uint8_t e2m1_magnitude_code(float m) {
@@ -340,16 +358,38 @@ void quantize_row(DType dtype, uint32_t group_size, const float *src, size_t col
       kernels::conversion_quantize_row_q8()(src, cols, group_size, dst);
       return;
     case DType::Q8F16:
-      for (size_t c = 0; c < cols; c += kQ8F16GroupSize, out += kQ8F16BlockBytes) quantize_q8f16(src + c, out);
+      if (use_avx2()) {
+        detail::quantize_row_q8f16_avx2(src, cols, out);
+        return;
+      }
+      for (size_t c = 0; c < cols; c += kQ8F16GroupSize, out += kQ8F16BlockBytes) detail::quantize_q8f16_scalar(src + c, out);
       return;
     case DType::Q4:
-      for (size_t c = 0; c < cols; c += group_size, out += q4_block_bytes(group_size)) quantize_q4(src + c, group_size, out);
+      if (use_avx2()) {
+        detail::quantize_row_q4_avx2(src, cols, group_size, out);
+        return;
+      }
+      for (size_t c = 0; c < cols; c += group_size, out += q4_block_bytes(group_size))
+        detail::quantize_q4_scalar(src + c, group_size, out);
       return;
     case DType::MXFP4:
       for (size_t c = 0; c < cols; c += kMxfp4GroupSize, out += kMxfp4BlockBytes) quantize_mxfp4(src + c, out);
       return;
     default: return;
   }
+}
+
+double quantize_row_measured(DType dtype, uint32_t group_size, const float *src, size_t cols, void *dst,
+                             float *scratch) {
+  if (dtype == DType::Q4 && use_avx2())  // the error folded into the quantiser: no second pass
+    return detail::quantize_row_q4_avx2(src, cols, group_size, static_cast<unsigned char *>(dst));
+  if (dtype == DType::Q8F16 && use_avx2())
+    return detail::quantize_row_q8f16_avx2(src, cols, static_cast<unsigned char *>(dst));
+  quantize_row(dtype, group_size, src, cols, dst);
+  dequantize_row(dtype, group_size, dst, cols, scratch);
+  double error = 0.0;
+  for (size_t c = 0; c < cols; ++c) error = std::max(error, std::fabs(static_cast<double>(src[c]) - scratch[c]));
+  return error;
 }
 
 void dequantize_row(DType dtype, uint32_t group_size, const void *src, size_t cols, float *dst) {

@@ -60,6 +60,11 @@ bool is_block_dtype(DType dtype);
 //          beyond ±6 saturating (OCP Microscaling Formats v1.0, §6.3)
 // Callers refuse non-finite values and scales that overflow f16 first (first_unstorable).
 void quantize_row(DType dtype, uint32_t group_size, const float *src, size_t cols, void *dst);
+// quantize_row, returning the largest |src[c] − the value dequantize_row gives back| (in
+// double) — repack's report for the block dtypes it gives no bound for. `scratch` holds `cols`
+// floats (the round trip, where the quantiser does not measure the error itself).
+double quantize_row_measured(DType dtype, uint32_t group_size, const float *src, size_t cols, void *dst,
+                             float *scratch);
 // Dequantises one row of a block dtype: value = scale × integer (exact in fp32 except where a
 // product falls below fp32's subnormal range).
 void dequantize_row(DType dtype, uint32_t group_size, const void *src, size_t cols, float *dst);

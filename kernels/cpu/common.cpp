@@ -1,6 +1,7 @@
-// kernels/cpu/common.cpp — what every table shares and needs no ISA: the CPU feature probes, the
-// argument checks, the small public helpers of kernels.h and the single-value conversions. Compiled without ISA
-// flags, into colibri_kernels_scalar together with the scalar table (kernels/CMakeLists.txt).
+// kernels/cpu/common.cpp — what every table shares and needs no ISA: the CPU feature probes
+// (best_isa), the argument checks, the small public helpers of kernels.h and the single-value
+// conversions. Compiled without ISA flags, into colibri_kernels_scalar together with the scalar
+// table (kernels/CMakeLists.txt).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -90,6 +91,12 @@ bool cpu_supports_avx512() { return cpu().avx512; }
 bool cpu_supports_avx512_vnni() { return cpu().avx512_vnni; }
 
 }  // namespace detail
+
+Isa best_isa() {
+  if (detail::cpu_supports_avx512()) return Isa::Avx512;
+  if (detail::cpu_supports_avx2()) return Isa::Avx2;
+  return Isa::Scalar;
+}
 
 size_t row_bytes(DType dtype, uint32_t group_size, size_t cols) {
   switch (dtype) {

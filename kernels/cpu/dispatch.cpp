@@ -1,16 +1,11 @@
 // kernels/cpu/dispatch.cpp — run-time choice of the kernel table. Compiled without ISA flags.
-// The CPU feature probes, the argument checks and the ISA-independent helpers of kernels.h are
-// in common.cpp (library colibri_kernels_scalar, which tools link without the SIMD tables).
+// The CPU feature probes (best_isa among them), the argument checks and the ISA-independent
+// helpers of kernels.h are in common.cpp (library colibri_kernels_scalar, which tools link
+// without the SIMD tables).
 
 #include "kernels/cpu/internal.h"
 
 namespace colibri::kernels {
-
-Isa best_isa() {
-  if (detail::cpu_supports_avx512()) return Isa::Avx512;
-  if (detail::cpu_supports_avx2()) return Isa::Avx2;
-  return Isa::Scalar;
-}
 
 const KernelTable &kernel_table(Isa isa) {
 #if defined(COLIBRI_KERNELS_X86)

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "image/dtype_convert.h"
+#include "image/dtype_convert_avx2.h"
 #include "kernels/cpu/kernels.h"
 
 using namespace colibri::image;
@@ -478,5 +479,94 @@ TEST_CASE("q4 and q8f16 quantisers write the plain rule's bytes: halves, ties of
     std::vector<unsigned char> q(row_bytes(DType::Q4, g, all.size()));
     quantize_row(DType::Q4, g, all.data(), all.size(), q.data());
     CHECK(q == reference_q4(all, g));
+  }
+}
+
+TEST_CASE("q4, q8f16: the AVX2 row quantisers write the scalar rules' bytes and measure the round trip's error",
+          "[dtype][q4][q8f16]") {
+  // Rows of every kind of group the scalar rule has a branch or an edge for: exact halves of
+  // the step, +m and -m tied for the extreme (either first), all zeros (both signs first),
+  // f16-subnormal and zero scales, values near q4's limit, and random magnitudes.
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> row;
+  auto group = [&](auto fill) {
+    for (int i = 0; i < 32; ++i) row.push_back(fill(i));
+  };
+  group([](int i) { return i == 0 ? -8.0f : static_cast<float>(i % 15 - 7) + (i % 2 ? 0.5f : -0.5f); });
+  group([](int i) { return i == 7 ? 8.0f : static_cast<float>(i % 16 - 8) - 0.5f * static_cast<float>(i % 3 - 1); });
+  group([](int i) { return i == 0 ? 127.0f : static_cast<float>(i * 7 % 250 - 125) + (i % 2 ? 0.5f : -0.5f); });
+  group([](int i) { return i == 0 ? -127.0f : std::nextafter(static_cast<float>(i * 9 % 250 - 125) + 0.5f, 0.0f); });
+  group([](int i) { return i == 3 ? -1.0f : i == 9 ? 1.0f : 0.25f; });
+  group([](int i) { return i == 3 ? 1.0f : i == 9 ? -1.0f : -0.25f; });
+  group([](int i) { return i == 31 ? -2.0f : 1.0f; });  // the extreme in the last lane
+  group([](int i) { return i == 0 ? -0.0f : 0.0f; });
+  group([](int) { return 0.0f; });
+  group([&](int) { return u(rng) * 1e-7f; });   // scale rounds to 0 in f16: codes 8, error |x|
+  group([&](int) { return u(rng) * 4e-7f; });   // f16-subnormal scales
+  // A scale of one f16-subnormal step for 1.4 steps' worth: the quotients pass the clamps.
+  group([&](int i) { return i == 2 ? -1.4f * 127.0f * 0x1p-24f : u(rng) * 1e-5f; });
+  group([&](int i) { return i == 2 ? 1.4f * 8.0f * 0x1p-24f : u(rng) * 1e-7f; });
+  group([&](int i) { return i == 12 ? 65504.0f * 8.0f * 0.999f : u(rng) * 6e4f; });
+  group([&](int i) { return i == 5 ? 3e-3f : u(rng) * 1e-9f; });
+  for (int r = 0; r < 500; ++r)
+    group([&](int) { return u(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 40) - 20); });
+  // Quotients on both sides of every half step (x / s = k + 0.5 ± an ulp) at scale 1.
+  group([](int i) { return i == 0 ? -8.0f : std::nextafter(static_cast<float>(i % 15 - 7) + 0.5f, 100.0f); });
+  group([](int i) { return i == 0 ? -8.0f : std::nextafter(static_cast<float>(i % 15 - 7) + 0.5f, -100.0f); });
+  while (row.size() % 128 != 0) group([&](int) { return u(rng); });
+  const size_t cols = row.size();
+#if defined(COLIBRI_IMAGE_AVX2)
+  if (colibri::kernels::best_isa() < colibri::kernels::Isa::Avx2) {
+    WARN("skipped: this CPU lacks AVX2, which the AVX2 quantisers need");
+    return;
+  }
+  for (uint32_t g : {32u, 64u, 128u}) {
+    INFO("group size " << g);
+    std::vector<unsigned char> simd(row_bytes(DType::Q4, g, cols)), scalar(simd.size());
+    const double error = detail::quantize_row_q4_avx2(row.data(), cols, g, simd.data());
+    for (size_t c = 0; c < cols; c += g) detail::quantize_q4_scalar(row.data() + c, g, scalar.data() + c / g * (2 + g / 2));
+    REQUIRE(simd == scalar);
+    std::vector<float> back(cols);
+    dequantize_row(DType::Q4, g, scalar.data(), cols, back.data());
+    double expected = 0.0;
+    for (size_t c = 0; c < cols; ++c) expected = std::max(expected, std::fabs(static_cast<double>(row[c]) - back[c]));
+    CHECK(error == expected);
+    CHECK(error > 0.0);
+  }
+  // q8f16 on the same rows (groups of 32).
+  std::vector<unsigned char> simd(row_bytes(DType::Q8F16, 32, cols)), scalar(simd.size());
+  const double error = detail::quantize_row_q8f16_avx2(row.data(), cols, simd.data());
+  for (size_t c = 0; c < cols; c += 32) detail::quantize_q8f16_scalar(row.data() + c, scalar.data() + c / 32 * 34);
+  REQUIRE(simd == scalar);
+  std::vector<float> back(cols);
+  dequantize_row(DType::Q8F16, 32, scalar.data(), cols, back.data());
+  double expected = 0.0;
+  for (size_t c = 0; c < cols; ++c) expected = std::max(expected, std::fabs(static_cast<double>(row[c]) - back[c]));
+  CHECK(error == expected);
+#else
+  (void)cols;
+  WARN("skipped: this build has no AVX2 conversions (not x86-64)");
+#endif
+}
+
+TEST_CASE("quantize_row_measured: the block dtypes' bytes and the largest round-trip error", "[dtype]") {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  const size_t cols = 1024;
+  std::vector<float> row(cols), scratch(cols), back(cols);
+  for (float &v : row) v = u(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 8) - 4);
+  for (auto [dtype, g] : {std::pair{DType::Q4, 32u}, std::pair{DType::Q4, 128u}, std::pair{DType::Q8F16, 32u},
+                          std::pair{DType::MXFP4, 32u}}) {
+    INFO(dtype_name(dtype) << " group " << g);
+    std::vector<unsigned char> measured(row_bytes(dtype, g, cols)), plain(measured.size());
+    const double error = quantize_row_measured(dtype, g, row.data(), cols, measured.data(), scratch.data());
+    quantize_row(dtype, g, row.data(), cols, plain.data());
+    REQUIRE(measured == plain);
+    dequantize_row(dtype, g, plain.data(), cols, back.data());
+    double expected = 0.0;
+    for (size_t c = 0; c < cols; ++c) expected = std::max(expected, std::fabs(static_cast<double>(row[c]) - back[c]));
+    CHECK(error == expected);
+    CHECK(error > 0.0);
   }
 }
