@@ -100,23 +100,33 @@ float quantize_row_q8(const float *src, size_t cols, uint32_t group_size, void *
   return worst;
 }
 
-size_t first_non_finite(const float *src, size_t count) {
-  // Blocks of 64 are screened with a branch-free OR of "exponent all ones" (vectorises); a
-  // block that has one is searched.
+namespace {
+
+// The first index in src[0, count) where bad(value) holds, or count. Blocks of 64 are screened
+// with a branch-free OR of the predicate (vectorises for the predicates below); the first
+// block that has one is searched.
+template <class Bad>
+size_t first_where(const float *src, size_t count, Bad bad) {
   constexpr size_t kBlock = 64;
   size_t i = 0;
   for (; i + kBlock <= count; i += kBlock) {
     uint32_t any = 0;
-    for (size_t j = 0; j < kBlock; ++j) {
-      uint32_t bits;
-      std::memcpy(&bits, &src[i + j], 4);
-      any |= (bits & 0x7F800000u) == 0x7F800000u ? 1u : 0u;
-    }
+    for (size_t j = 0; j < kBlock; ++j) any |= bad(src[i + j]) ? 1u : 0u;
     if (any) break;
   }
   for (; i < count; ++i)
-    if (!std::isfinite(src[i])) return i;
+    if (bad(src[i])) return i;
   return count;
+}
+
+}  // namespace
+
+size_t first_non_finite(const float *src, size_t count) {
+  return first_where(src, count, [](float v) {  // exponent all ones, on the bits
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    return (bits & 0x7F800000u) == 0x7F800000u;
+  });
 }
 
 size_t first_overflow(DType dtype, const float *src, size_t count) {
@@ -146,19 +156,9 @@ size_t first_unstorable(DType dtype, const float *src, size_t count) {
     case DType::MXFP4: return first_non_finite(src, count);
     case DType::Q8F16:
     case DType::Q4: {
-      // As first_non_finite: blocks of 64 screened branch-free (NaN compares false, so it
-      // counts as unstorable), the first block that has one searched.
+      // NaN compares false, so it counts as unstorable with the infinities.
       const float limit = dtype == DType::Q4 ? kQ4MaxMagnitude : kQ8F16MaxMagnitude;
-      constexpr size_t kBlock = 64;
-      size_t i = 0;
-      for (; i + kBlock <= count; i += kBlock) {
-        uint32_t any = 0;
-        for (size_t j = 0; j < kBlock; ++j) any |= std::fabs(src[i + j]) < limit ? 0u : 1u;
-        if (any) break;
-      }
-      for (; i < count; ++i)
-        if (!(std::fabs(src[i]) < limit)) return i;
-      return count;
+      return first_where(src, count, [limit](float v) { return !(std::fabs(v) < limit); });
     }
     default: return first_overflow(dtype, src, count);
   }

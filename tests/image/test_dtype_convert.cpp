@@ -362,6 +362,29 @@ TEST_CASE("mxfp4 quantisation: OCP shared exponent, nearest e2m1 with ties to ev
   for (uint8_t b : block) CHECK(b == 0);
 }
 
+TEST_CASE("first_unstorable finds the first bad value in rows that take several screened blocks", "[dtype]") {
+  // Rows of 300: four blocks of 64 go through the branch-free screen, 44 values through the
+  // plain search; each bad value at a block's edges, inside one, and in the tail.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    DType dtype;
+    float bad;
+  };
+  for (Case c : {Case{DType::Q8, inf}, Case{DType::Q8, -inf}, Case{DType::Q8, nan}, Case{DType::MXFP4, nan},
+                 Case{DType::Q4, 1e6f}, Case{DType::Q4, -inf}, Case{DType::Q4, nan}, Case{DType::Q8F16, -1e7f},
+                 Case{DType::Q8F16, nan}, Case{DType::F16, 7e4f}, Case{DType::BF16, -3.4e38f}}) {
+    for (size_t at : {0ul, 1ul, 63ul, 64ul, 127ul, 128ul, 200ul, 255ul, 256ul, 299ul}) {
+      INFO(dtype_name(c.dtype) << " bad value " << c.bad << " at " << at);
+      std::vector<float> x(300, 0.5f);
+      CHECK(first_unstorable(c.dtype, x.data(), x.size()) == x.size());
+      x[at] = c.bad;
+      if (at + 70 < x.size()) x[at + 70] = c.bad;  // a later one does not hide the first
+      CHECK(first_unstorable(c.dtype, x.data(), x.size()) == at);
+      CHECK(first_unstorable(c.dtype, x.data(), at) == at);  // a row that ends before it
+    }
+  }
+}
+
 TEST_CASE("the version-2 block dtypes refuse what they cannot store", "[dtype]") {
   std::vector<float> x(32, 1.0f);
   CHECK(first_unstorable(DType::MXFP4, x.data(), 32) == 32);
