@@ -318,7 +318,9 @@ uint8_t e2m1_magnitude_code(float m) {
   return best;
 }
 
-void quantize_mxfp4(const float *x, unsigned char *block) {
+}  // namespace
+
+void detail::quantize_mxfp4_scalar(const float *x, unsigned char *block) {
   float amax = 0.0f;
   for (uint32_t i = 0; i < kMxfp4GroupSize; ++i) amax = std::fmax(amax, std::fabs(x[i]));
   constexpr int kE2m1MaxExponent = 2;  // 6 = 1.5 · 2^2
@@ -339,7 +341,6 @@ void quantize_mxfp4(const float *x, unsigned char *block) {
   pack_nibbles(codes, block + 1);
 }
 
-}  // namespace
 
 float e2m1_value(uint8_t code) {
   const float magnitude = static_cast<float>(kE2m1Doubled[code & 7]) * 0.5f;
@@ -373,7 +374,11 @@ void quantize_row(DType dtype, uint32_t group_size, const float *src, size_t col
         detail::quantize_q4_scalar(src + c, group_size, out);
       return;
     case DType::MXFP4:
-      for (size_t c = 0; c < cols; c += kMxfp4GroupSize, out += kMxfp4BlockBytes) quantize_mxfp4(src + c, out);
+      if (use_avx2()) {
+        detail::quantize_row_mxfp4_avx2(src, cols, out);
+        return;
+      }
+      for (size_t c = 0; c < cols; c += kMxfp4GroupSize, out += kMxfp4BlockBytes) detail::quantize_mxfp4_scalar(src + c, out);
       return;
     default: return;
   }
@@ -385,6 +390,8 @@ double quantize_row_measured(DType dtype, uint32_t group_size, const float *src,
     return detail::quantize_row_q4_avx2(src, cols, group_size, static_cast<unsigned char *>(dst));
   if (dtype == DType::Q8F16 && use_avx2())
     return detail::quantize_row_q8f16_avx2(src, cols, static_cast<unsigned char *>(dst));
+  if (dtype == DType::MXFP4 && use_avx2())
+    return detail::quantize_row_mxfp4_avx2(src, cols, static_cast<unsigned char *>(dst));
   quantize_row(dtype, group_size, src, cols, dst);
   dequantize_row(dtype, group_size, dst, cols, scratch);
   double error = 0.0;

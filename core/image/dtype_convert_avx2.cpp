@@ -1,5 +1,5 @@
-// core/image/dtype_convert_avx2.cpp — AVX2 twins of the f16 widening and the q4 and q8f16
-// quantisers of dtype_convert.cpp (see dtype_convert_avx2.h). Every step is the scalar rule's operation on
+// core/image/dtype_convert_avx2.cpp — AVX2 twins of the f16 widening and the q4, q8f16 and
+// mxfp4 quantisers of dtype_convert.cpp (see dtype_convert_avx2.h). Every step is the scalar rule's operation on
 // eight lanes: the same IEEE division (no reciprocal), truncation, compares and clamps, so the
 // bytes are the scalar ones; only the order of the max/min reductions differs, which changes
 // no result.
@@ -7,6 +7,7 @@
 
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "image/dtype_convert.h"
@@ -72,6 +73,16 @@ void fold_error(__m256 x, __m256 stored, __m256d *err) {
   *err = _mm256_max_pd(*err, _mm256_max_pd(_mm256_andnot_pd(sign, lo), _mm256_andnot_pd(sign, hi)));
 }
 
+// The 4-bit codes of 32 values (four vectors of eight, in value order) into 16 bytes: byte j =
+// code j | code j + 16 << 4 (pack_nibbles of dtype_convert.cpp).
+void pack_nibbles(const __m256i *codes, unsigned char *out) {
+  const __m256i lo = _mm256_or_si256(codes[0], _mm256_slli_epi32(codes[2], 4));  // bytes 0..7
+  const __m256i hi = _mm256_or_si256(codes[1], _mm256_slli_epi32(codes[3], 4));  // bytes 8..15
+  const __m128i lo16 = _mm_packs_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+  const __m128i hi16 = _mm_packs_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i *>(out), _mm_packus_epi16(lo16, hi16));
+}
+
 }  // namespace
 
 double quantize_row_q4_avx2(const float *x, size_t cols, uint32_t group_size, unsigned char *out) {
@@ -107,11 +118,7 @@ double quantize_row_q4_avx2(const float *x, size_t cols, uint32_t group_size, un
         fold_error(v, _mm256_mul_ps(s, q), &err);
         codes[k] = _mm256_add_epi32(_mm256_cvttps_epi32(q), offset);
       }
-      const __m256i lo = _mm256_or_si256(codes[0], _mm256_slli_epi32(codes[2], 4));  // bytes 0..7
-      const __m256i hi = _mm256_or_si256(codes[1], _mm256_slli_epi32(codes[3], 4));  // bytes 8..15
-      const __m128i lo16 = _mm_packs_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
-      const __m128i hi16 = _mm_packs_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
-      _mm_storeu_si128(reinterpret_cast<__m128i *>(out + 2 + sub * (kSubBlock / 2)), _mm_packus_epi16(lo16, hi16));
+      pack_nibbles(codes, out + 2 + sub * (kSubBlock / 2));
     }
   }
   return hmax_pd(err);
@@ -142,6 +149,58 @@ double quantize_row_q8f16_avx2(const float *x, size_t cols, unsigned char *out) 
     for (int k = 0; k < 4; ++k) q16[k] = _mm_packs_epi32(_mm256_castsi256_si128(q32[k]), _mm256_extracti128_si256(q32[k], 1));
     _mm_storeu_si128(reinterpret_cast<__m128i *>(out + 2), _mm_packs_epi16(q16[0], q16[1]));
     _mm_storeu_si128(reinterpret_cast<__m128i *>(out + 18), _mm_packs_epi16(q16[2], q16[3]));
+  }
+  return hmax_pd(err);
+}
+
+double quantize_row_mxfp4_avx2(const float *x, size_t cols, unsigned char *out) {
+  __m256d err = _mm256_setzero_pd();
+  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+  for (size_t c = 0; c < cols; c += kMxfp4GroupSize, out += kMxfp4BlockBytes) {
+    const float *g = x + c;
+    __m256i m = _mm256_setzero_si256();
+    for (uint32_t i = 0; i < kMxfp4GroupSize; i += 8) m = _mm256_max_epi32(m, magnitude_bits(g + i));
+    const int32_t amax_bits = hmax_epi32(m);
+    float amax;
+    std::memcpy(&amax, &amax_bits, 4);
+    // The shared exponent as quantize_mxfp4 computes it (once per group: scalar).
+    constexpr int kE2m1MaxExponent = 2;
+    int shared = -static_cast<int>(kE8m0Bias);
+    if (amax > 0.0f) {
+      int exponent = 0;
+      std::frexp(amax, &exponent);
+      shared = exponent - 1 - kE2m1MaxExponent;
+      if (shared < -static_cast<int>(kE8m0Bias)) shared = -static_cast<int>(kE8m0Bias);
+      if (shared > static_cast<int>(kE8m0Bias)) shared = static_cast<int>(kE8m0Bias);
+    }
+    out[0] = static_cast<unsigned char>(shared + static_cast<int>(kE8m0Bias));
+    // x · 2^-shared: the float product of x and an exact power of two rounds once, as the
+    // scalar rule's exact double product cast to float does. The stored value is 2^shared
+    // times the code's e2m1 value (e8m0_value, e2m1_value).
+    const __m256 inverse = _mm256_set1_ps(std::ldexp(1.0f, -shared));
+    const __m256 scale = _mm256_set1_ps(static_cast<float>(std::ldexp(1.0, shared)));
+    __m256i codes[4];
+    for (int k = 0; k < 4; ++k) {
+      const __m256 v = _mm256_loadu_ps(g + 8 * k);
+      const __m256 scaled = _mm256_mul_ps(v, inverse);
+      const __m256 magnitude = _mm256_andnot_ps(sign_mask, scaled);
+      // e2m1_magnitude_code: the nearest of the 8 magnitudes, a tie to the even code.
+      __m256 best_distance = magnitude, best_value = _mm256_setzero_ps();
+      __m256i best = _mm256_setzero_si256();
+      for (int code = 1; code < 8; ++code) {
+        const __m256 value = _mm256_set1_ps(static_cast<float>(kE2m1Doubled[code]) * 0.5f);
+        const __m256 distance = _mm256_andnot_ps(sign_mask, _mm256_sub_ps(magnitude, value));
+        __m256 take = _mm256_cmp_ps(distance, best_distance, _CMP_LT_OQ);
+        if (code % 2 == 0) take = _mm256_or_ps(take, _mm256_cmp_ps(distance, best_distance, _CMP_EQ_OQ));
+        best_distance = _mm256_blendv_ps(best_distance, distance, take);
+        best_value = _mm256_blendv_ps(best_value, value, take);
+        best = _mm256_blendv_epi8(best, _mm256_set1_epi32(code), _mm256_castps_si256(take));
+      }
+      const __m256 sign = _mm256_and_ps(scaled, sign_mask);
+      fold_error(v, _mm256_mul_ps(scale, _mm256_or_ps(best_value, sign)), &err);
+      codes[k] = _mm256_or_si256(best, _mm256_srli_epi32(_mm256_castps_si256(sign), 28));  // sign → bit 3
+    }
+    pack_nibbles(codes, out + 1);
   }
   return hmax_pd(err);
 }

@@ -1,4 +1,4 @@
-// core/image/dtype_convert_avx2.h — the AVX2 twins of three of dtype_convert.cpp's row loops,
+// core/image/dtype_convert_avx2.h — the AVX2 twins of four of dtype_convert.cpp's row loops,
 // compiled with AVX2 + FMA + F16C flags on x86-64 only (core/CMakeLists.txt). Internal to the
 // image layer: dtype_convert.cpp calls them only after kernels::best_isa() says the CPU has
 // AVX2, and they write the bytes of the scalar rules (tests/image/test_dtype_convert.cpp
@@ -10,10 +10,11 @@
 
 namespace colibri::image::detail {
 
-// quantize_row's rules for one q4 or q8f16 group (dtype_convert.cpp): the references the AVX2
-// row quantisers are tested against, and what quantize_row runs without AVX2.
+// quantize_row's rules for one q4, q8f16 or mxfp4 group (dtype_convert.cpp): the references
+// the AVX2 row quantisers are tested against, and what quantize_row runs without AVX2.
 void quantize_q4_scalar(const float *x, uint32_t group_size, unsigned char *block);
 void quantize_q8f16_scalar(const float *x, unsigned char *block);
+void quantize_mxfp4_scalar(const float *x, unsigned char *block);
 
 // Whether this build has the functions below (x86-64) — the CPU must still be checked.
 #if defined(COLIBRI_IMAGE_AVX2)
@@ -31,7 +32,8 @@ void f16_to_f32_avx2(const uint16_t *in, float *out, size_t n);
 // largest |x - stored value| in double, the value dequantize_row would give back (0 for an
 // empty row).
 double quantize_row_q4_avx2(const float *x, size_t cols, uint32_t group_size, unsigned char *out);
-// The same for q8f16 (cols % 32 == 0).
+// The same for q8f16 and mxfp4 (cols % 32 == 0; mxfp4 takes every finite value).
 double quantize_row_q8f16_avx2(const float *x, size_t cols, unsigned char *out);
+double quantize_row_mxfp4_avx2(const float *x, size_t cols, unsigned char *out);
 
 }  // namespace colibri::image::detail

@@ -505,8 +505,8 @@ TEST_CASE("q4 and q8f16 quantisers write the plain rule's bytes: halves, ties of
   }
 }
 
-TEST_CASE("q4, q8f16: the AVX2 row quantisers write the scalar rules' bytes and measure the round trip's error",
-          "[dtype][q4][q8f16]") {
+TEST_CASE("q4, q8f16, mxfp4: the AVX2 row quantisers write the scalar rules' bytes and measure the round trip's error",
+          "[dtype][q4][q8f16][mxfp4]") {
   // Rows of every kind of group the scalar rule has a branch or an edge for: exact halves of
   // the step, +m and -m tied for the extreme (either first), all zeros (both signs first),
   // f16-subnormal and zero scales, values near q4's limit, and random magnitudes.
@@ -556,6 +556,25 @@ TEST_CASE("q4, q8f16: the AVX2 row quantisers write the scalar rules' bytes and 
     for (size_t c = 0; c < cols; ++c) expected = std::max(expected, std::fabs(static_cast<double>(row[c]) - back[c]));
     CHECK(error == expected);
     CHECK(error > 0.0);
+  }
+  // mxfp4 on the same rows and on groups only it can store: near f32's range, and subnormal
+  // (the shared exponent clamped at -127, the quotients then rounded to f32 subnormals).
+  {
+    std::vector<float> wide = row;
+    for (int i = 0; i < 32; ++i) wide.push_back(u(rng) * 3e38f);
+    for (int i = 0; i < 32; ++i) wide.push_back(u(rng) * 1e-40f);
+    for (int i = 0; i < 32; ++i) wide.push_back(i == 4 ? 1e-30f : u(rng) * 1e-44f);
+    for (int i = 0; i < 32; ++i) wide.push_back(i % 2 ? 0.25f * static_cast<float>(i % 25) : -0.0f);  // ties
+    const size_t n = wide.size();
+    std::vector<unsigned char> simd(row_bytes(DType::MXFP4, 32, n)), scalar(simd.size());
+    const double error = detail::quantize_row_mxfp4_avx2(wide.data(), n, simd.data());
+    for (size_t c = 0; c < n; c += 32) detail::quantize_mxfp4_scalar(wide.data() + c, scalar.data() + c / 32 * 17);
+    REQUIRE(simd == scalar);
+    std::vector<float> back(n);
+    dequantize_row(DType::MXFP4, 32, scalar.data(), n, back.data());
+    double expected = 0.0;
+    for (size_t c = 0; c < n; ++c) expected = std::max(expected, std::fabs(static_cast<double>(wide[c]) - back[c]));
+    CHECK(error == expected);
   }
   // q8f16 on the same rows (groups of 32).
   std::vector<unsigned char> simd(row_bytes(DType::Q8F16, 32, cols)), scalar(simd.size());
