@@ -51,6 +51,20 @@ __m256i magnitude_bits(const float *x) {
   return _mm256_andnot_si256(_mm256_cmpgt_epi32(bits, _mm256_set1_epi32(0x7F800000)), bits);
 }
 
+// max_magnitude's bits over a group of n (a multiple of 8) values.
+int32_t max_magnitude_bits(const float *g, uint32_t n) {
+  __m256i m = _mm256_setzero_si256();
+  for (uint32_t i = 0; i < n; i += 8) m = _mm256_max_epi32(m, magnitude_bits(g + i));
+  return hmax_epi32(m);
+}
+
+float max_magnitude(const float *g, uint32_t n) {
+  const int32_t bits = max_magnitude_bits(g, n);
+  float magnitude;
+  std::memcpy(&magnitude, &bits, 4);
+  return magnitude;
+}
+
 // round_clamped(t, lo, hi) of eight quotients: clamp to [lo - 8, hi + 8], round half away from
 // zero (truncate, then ±1 by the fraction), clamp to [lo, hi]. Exact small integers as floats.
 __m256 round_clamped(__m256 t, float lo, float hi) {
@@ -92,9 +106,7 @@ double quantize_row_q4_avx2(const float *x, size_t cols, uint32_t group_size, un
     const float *g = x + c;
     // The largest magnitude, then the first index holding it (max_magnitude and the index
     // search of quantize_q4, as integer reductions).
-    __m256i m = _mm256_setzero_si256();
-    for (uint32_t i = 0; i < group_size; i += 8) m = _mm256_max_epi32(m, magnitude_bits(g + i));
-    const __m256i amax = _mm256_set1_epi32(hmax_epi32(m));  // max_magnitude's bits
+    const __m256i amax = _mm256_set1_epi32(max_magnitude_bits(g, group_size));
     __m256i first = _mm256_set1_epi32(static_cast<int32_t>(group_size));
     for (uint32_t i = 0; i < group_size; i += 8) {
       const __m256i index = _mm256_add_epi32(lane, _mm256_set1_epi32(static_cast<int32_t>(i)));
@@ -128,11 +140,7 @@ double quantize_row_q8f16_avx2(const float *x, size_t cols, unsigned char *out) 
   __m256d err = _mm256_setzero_pd();
   for (size_t c = 0; c < cols; c += kQ8F16GroupSize, out += kQ8F16BlockBytes) {
     const float *g = x + c;
-    __m256i m = _mm256_setzero_si256();
-    for (uint32_t i = 0; i < kQ8F16GroupSize; i += 8) m = _mm256_max_epi32(m, magnitude_bits(g + i));
-    const int32_t amax_bits = hmax_epi32(m);
-    float amax;
-    std::memcpy(&amax, &amax_bits, 4);
+    const float amax = max_magnitude(g, kQ8F16GroupSize);
     const uint16_t h = f32_to_f16(amax / 127.0f);
     const float scale = f16_to_f32(h);
     std::memcpy(out, &h, 2);
@@ -158,11 +166,7 @@ double quantize_row_mxfp4_avx2(const float *x, size_t cols, unsigned char *out) 
   const __m256 sign_mask = _mm256_set1_ps(-0.0f);
   for (size_t c = 0; c < cols; c += kMxfp4GroupSize, out += kMxfp4BlockBytes) {
     const float *g = x + c;
-    __m256i m = _mm256_setzero_si256();
-    for (uint32_t i = 0; i < kMxfp4GroupSize; i += 8) m = _mm256_max_epi32(m, magnitude_bits(g + i));
-    const int32_t amax_bits = hmax_epi32(m);
-    float amax;
-    std::memcpy(&amax, &amax_bits, 4);
+    const float amax = max_magnitude(g, kMxfp4GroupSize);
     // The shared exponent as quantize_mxfp4 computes it (once per group: scalar).
     constexpr int kE2m1MaxExponent = 2;
     int shared = -static_cast<int>(kE8m0Bias);

@@ -505,6 +505,20 @@ TEST_CASE("q4 and q8f16 quantisers write the plain rule's bytes: halves, ties of
   }
 }
 
+namespace {
+
+// The largest |row[c] − the value `bytes` (a row of `dtype`) dequantises to|, in double.
+double round_trip_error(DType dtype, uint32_t group_size, const std::vector<unsigned char> &bytes,
+                        const std::vector<float> &row) {
+  std::vector<float> back(row.size());
+  dequantize_row(dtype, group_size, bytes.data(), row.size(), back.data());
+  double error = 0.0;
+  for (size_t c = 0; c < row.size(); ++c) error = std::max(error, std::fabs(static_cast<double>(row[c]) - back[c]));
+  return error;
+}
+
+}  // namespace
+
 TEST_CASE("q4, q8f16, mxfp4: the AVX2 row quantisers write the scalar rules' bytes and measure the round trip's error",
           "[dtype][q4][q8f16][mxfp4]") {
   // Rows of every kind of group the scalar rule has a branch or an edge for: exact halves of
@@ -550,11 +564,7 @@ TEST_CASE("q4, q8f16, mxfp4: the AVX2 row quantisers write the scalar rules' byt
     const double error = detail::quantize_row_q4_avx2(row.data(), cols, g, simd.data());
     for (size_t c = 0; c < cols; c += g) detail::quantize_q4_scalar(row.data() + c, g, scalar.data() + c / g * (2 + g / 2));
     REQUIRE(simd == scalar);
-    std::vector<float> back(cols);
-    dequantize_row(DType::Q4, g, scalar.data(), cols, back.data());
-    double expected = 0.0;
-    for (size_t c = 0; c < cols; ++c) expected = std::max(expected, std::fabs(static_cast<double>(row[c]) - back[c]));
-    CHECK(error == expected);
+    CHECK(error == round_trip_error(DType::Q4, g, scalar, row));
     CHECK(error > 0.0);
   }
   // mxfp4 on the same rows and on groups only it can store: near f32's range, and subnormal
@@ -570,22 +580,14 @@ TEST_CASE("q4, q8f16, mxfp4: the AVX2 row quantisers write the scalar rules' byt
     const double error = detail::quantize_row_mxfp4_avx2(wide.data(), n, simd.data());
     for (size_t c = 0; c < n; c += 32) detail::quantize_mxfp4_scalar(wide.data() + c, scalar.data() + c / 32 * 17);
     REQUIRE(simd == scalar);
-    std::vector<float> back(n);
-    dequantize_row(DType::MXFP4, 32, scalar.data(), n, back.data());
-    double expected = 0.0;
-    for (size_t c = 0; c < n; ++c) expected = std::max(expected, std::fabs(static_cast<double>(wide[c]) - back[c]));
-    CHECK(error == expected);
+    CHECK(error == round_trip_error(DType::MXFP4, 32, scalar, wide));
   }
   // q8f16 on the same rows (groups of 32).
   std::vector<unsigned char> simd(row_bytes(DType::Q8F16, 32, cols)), scalar(simd.size());
   const double error = detail::quantize_row_q8f16_avx2(row.data(), cols, simd.data());
   for (size_t c = 0; c < cols; c += 32) detail::quantize_q8f16_scalar(row.data() + c, scalar.data() + c / 32 * 34);
   REQUIRE(simd == scalar);
-  std::vector<float> back(cols);
-  dequantize_row(DType::Q8F16, 32, scalar.data(), cols, back.data());
-  double expected = 0.0;
-  for (size_t c = 0; c < cols; ++c) expected = std::max(expected, std::fabs(static_cast<double>(row[c]) - back[c]));
-  CHECK(error == expected);
+  CHECK(error == round_trip_error(DType::Q8F16, 32, scalar, row));
 #else
   (void)cols;
   WARN("skipped: this build has no AVX2 conversions (not x86-64)");
@@ -596,7 +598,7 @@ TEST_CASE("quantize_row_measured: the block dtypes' bytes and the largest round-
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-3.0f, 3.0f);
   const size_t cols = 1024;
-  std::vector<float> row(cols), scratch(cols), back(cols);
+  std::vector<float> row(cols), scratch(cols);
   for (float &v : row) v = u(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 8) - 4);
   for (auto [dtype, g] : {std::pair{DType::Q4, 32u}, std::pair{DType::Q4, 128u}, std::pair{DType::Q8F16, 32u},
                           std::pair{DType::MXFP4, 32u}}) {
@@ -605,10 +607,7 @@ TEST_CASE("quantize_row_measured: the block dtypes' bytes and the largest round-
     const double error = quantize_row_measured(dtype, g, row.data(), cols, measured.data(), scratch.data());
     quantize_row(dtype, g, row.data(), cols, plain.data());
     REQUIRE(measured == plain);
-    dequantize_row(dtype, g, plain.data(), cols, back.data());
-    double expected = 0.0;
-    for (size_t c = 0; c < cols; ++c) expected = std::max(expected, std::fabs(static_cast<double>(row[c]) - back[c]));
-    CHECK(error == expected);
+    CHECK(error == round_trip_error(dtype, g, plain, row));
     CHECK(error > 0.0);
   }
 }
