@@ -1,6 +1,6 @@
 // core/image/dtype_convert.cpp — dtype conversions for the converter and repack: the scalar
 // rules, and where the CPU has AVX2 their twins of dtype_convert_avx2.cpp for the f16 widening
-// and the q4 quantiser (same bytes).
+// and the q4, q8f16 and mxfp4 quantisers (same bytes).
 #include "image/dtype_convert.h"
 
 #include <algorithm>
@@ -341,7 +341,6 @@ void detail::quantize_mxfp4_scalar(const float *x, unsigned char *block) {
   pack_nibbles(codes, block + 1);
 }
 
-
 float e2m1_value(uint8_t code) {
   const float magnitude = static_cast<float>(kE2m1Doubled[code & 7]) * 0.5f;
   return (code & 8) ? -magnitude : magnitude;
@@ -352,32 +351,39 @@ float e8m0_value(uint8_t e) {
   return static_cast<float>(std::ldexp(1.0, static_cast<int>(e) - static_cast<int>(kE8m0Bias)));
 }
 
+namespace {
+
+// The AVX2 twin of quantize_row for the block dtypes that have one (q4, q8f16, mxfp4), which
+// measures the round trip's error as it goes (*error); false where none runs.
+bool quantize_row_avx2(DType dtype, uint32_t group_size, const float *src, size_t cols, void *dst, double *error) {
+  if (!use_avx2()) return false;
+  unsigned char *out = static_cast<unsigned char *>(dst);
+  switch (dtype) {
+    case DType::Q4: *error = detail::quantize_row_q4_avx2(src, cols, group_size, out); return true;
+    case DType::Q8F16: *error = detail::quantize_row_q8f16_avx2(src, cols, out); return true;
+    case DType::MXFP4: *error = detail::quantize_row_mxfp4_avx2(src, cols, out); return true;
+    default: return false;
+  }
+}
+
+}  // namespace
+
 void quantize_row(DType dtype, uint32_t group_size, const float *src, size_t cols, void *dst) {
+  double unused;
+  if (quantize_row_avx2(dtype, group_size, src, cols, dst, &unused)) return;
   unsigned char *out = static_cast<unsigned char *>(dst);
   switch (dtype) {
     case DType::Q8:  // the bytes of quantize_row_q8, without its error pass (9% of a q8 convert)
       kernels::conversion_quantize_row_q8()(src, cols, group_size, dst);
       return;
     case DType::Q8F16:
-      if (use_avx2()) {
-        detail::quantize_row_q8f16_avx2(src, cols, out);
-        return;
-      }
       for (size_t c = 0; c < cols; c += kQ8F16GroupSize, out += kQ8F16BlockBytes) detail::quantize_q8f16_scalar(src + c, out);
       return;
     case DType::Q4:
-      if (use_avx2()) {
-        detail::quantize_row_q4_avx2(src, cols, group_size, out);
-        return;
-      }
       for (size_t c = 0; c < cols; c += group_size, out += q4_block_bytes(group_size))
         detail::quantize_q4_scalar(src + c, group_size, out);
       return;
     case DType::MXFP4:
-      if (use_avx2()) {
-        detail::quantize_row_mxfp4_avx2(src, cols, out);
-        return;
-      }
       for (size_t c = 0; c < cols; c += kMxfp4GroupSize, out += kMxfp4BlockBytes) detail::quantize_mxfp4_scalar(src + c, out);
       return;
     default: return;
@@ -386,15 +392,10 @@ void quantize_row(DType dtype, uint32_t group_size, const float *src, size_t col
 
 double quantize_row_measured(DType dtype, uint32_t group_size, const float *src, size_t cols, void *dst,
                              float *scratch) {
-  if (dtype == DType::Q4 && use_avx2())  // the error folded into the quantiser: no second pass
-    return detail::quantize_row_q4_avx2(src, cols, group_size, static_cast<unsigned char *>(dst));
-  if (dtype == DType::Q8F16 && use_avx2())
-    return detail::quantize_row_q8f16_avx2(src, cols, static_cast<unsigned char *>(dst));
-  if (dtype == DType::MXFP4 && use_avx2())
-    return detail::quantize_row_mxfp4_avx2(src, cols, static_cast<unsigned char *>(dst));
+  double error = 0.0;
+  if (quantize_row_avx2(dtype, group_size, src, cols, dst, &error)) return error;  // no second pass
   quantize_row(dtype, group_size, src, cols, dst);
   dequantize_row(dtype, group_size, dst, cols, scratch);
-  double error = 0.0;
   for (size_t c = 0; c < cols; ++c) error = std::max(error, std::fabs(static_cast<double>(src[c]) - scratch[c]));
   return error;
 }

@@ -2,7 +2,7 @@
 // compiled with AVX2 + FMA + F16C flags on x86-64 only (core/CMakeLists.txt). Internal to the
 // image layer: dtype_convert.cpp calls them only after kernels::best_isa() says the CPU has
 // AVX2, and they write the bytes of the scalar rules (tests/image/test_dtype_convert.cpp
-// compares them on every f16 pattern and on q4 groups built to sit on rounding edges).
+// compares them on every f16 pattern and on groups built to sit on the rules' rounding edges).
 #pragma once
 
 #include <cstddef>
