@@ -246,13 +246,7 @@ Error convert_tensor(const image::Image &img, const image::TensorInfo &t, image:
       } else {
         image::encode_floats(target, v, cols, out);
         image::decode_floats(target, out, cols, b);
-        for (uint64_t c = 0; c < cols; ++c) {
-          double value = std::fabs(static_cast<double>(v[c]));
-          if (std::isfinite(value)) {
-            rr.max_abs_value = std::max(rr.max_abs_value, value);
-            rr.max_abs_error = std::max(rr.max_abs_error, std::fabs(static_cast<double>(v[c]) - b[c]));
-          }
-        }
+        image::round_trip_extremes(v, b, cols, &rr.max_abs_value, &rr.max_abs_error);
       }
     });
     for (uint64_t i = 0; i < n; ++i) {  // the first bad row of the chunk is the first of the tensor

@@ -65,6 +65,13 @@ void quantize_row(DType dtype, uint32_t group_size, const float *src, size_t col
 // floats (the round trip, where the quantiser does not measure the error itself).
 double quantize_row_measured(DType dtype, uint32_t group_size, const float *src, size_t cols, void *dst,
                              float *scratch);
+// Over the c in [0, count) where src[c] is finite: the largest |src[c]| (*max_abs_value) and the
+// largest |src[c] − back[c]| (*max_abs_error), where back is src's round trip through f32, f16
+// or bf16 (what first_unstorable let through). Computed in float and exact: |x| is, and a
+// rounding to a narrower float lies within a factor of 2 of x, so x − back is exact (Sterbenz);
+// the same values as the double arithmetic of |double(x) − back|.
+void round_trip_extremes(const float *src, const float *back, size_t count, double *max_abs_value,
+                         double *max_abs_error);
 // Dequantises one row of a block dtype: value = scale × integer (exact in fp32 except where a
 // product falls below fp32's subnormal range).
 void dequantize_row(DType dtype, uint32_t group_size, const void *src, size_t cols, float *dst);

@@ -611,3 +611,36 @@ TEST_CASE("quantize_row_measured: the block dtypes' bytes and the largest round-
     CHECK(error > 0.0);
   }
 }
+
+TEST_CASE("round_trip_extremes: repack's float report over the finite values, as the double formula gives it",
+          "[dtype]") {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> x;
+  // Magnitudes below 2^15 and the specials: what first_unstorable lets through to f16.
+  for (int i = 0; i < 4000; ++i) x.push_back(u(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 55) - 40));
+  for (float special : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                        std::numeric_limits<float>::quiet_NaN(), 65519.0f, -65504.0f, 3e-8f, -1e-45f, -0.0f})
+    x.insert(x.begin() + static_cast<long>(rng() % x.size()), special);
+  for (DType dtype : {DType::F16, DType::BF16, DType::F32}) {
+    INFO(dtype_name(dtype));
+    std::vector<uint16_t> narrow(x.size() * 2);
+    std::vector<float> back(x.size());
+    encode_floats(dtype, x.data(), x.size(), narrow.data());
+    decode_floats(dtype, narrow.data(), x.size(), back.data());
+    double value = 0.0, error = 0.0;
+    for (size_t c = 0; c < x.size(); ++c) {
+      const double a = std::fabs(static_cast<double>(x[c]));
+      if (!std::isfinite(a)) continue;
+      value = std::max(value, a);
+      error = std::max(error, std::fabs(static_cast<double>(x[c]) - back[c]));
+    }
+    double got_value = -1.0, got_error = -1.0;
+    round_trip_extremes(x.data(), back.data(), x.size(), &got_value, &got_error);
+    CHECK(got_value == value);
+    CHECK(got_error == error);
+    CHECK(value == 65519.0);  // the infinities and the NaN left out
+    if (dtype == DType::F32) CHECK(error == 0.0);
+    else CHECK(error > 0.0);
+  }
+}
