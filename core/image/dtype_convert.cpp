@@ -320,9 +320,7 @@ uint8_t e2m1_magnitude_code(float m) {
 
 }  // namespace
 
-void detail::quantize_mxfp4_scalar(const float *x, unsigned char *block) {
-  float amax = 0.0f;
-  for (uint32_t i = 0; i < kMxfp4GroupSize; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+int detail::mxfp4_shared_exponent(float amax) {
   constexpr int kE2m1MaxExponent = 2;  // 6 = 1.5 · 2^2
   int shared = -static_cast<int>(kE8m0Bias);
   if (amax > 0.0f) {
@@ -332,6 +330,13 @@ void detail::quantize_mxfp4_scalar(const float *x, unsigned char *block) {
     if (shared < -static_cast<int>(kE8m0Bias)) shared = -static_cast<int>(kE8m0Bias);
     if (shared > static_cast<int>(kE8m0Bias)) shared = static_cast<int>(kE8m0Bias);
   }
+  return shared;
+}
+
+void detail::quantize_mxfp4_scalar(const float *x, unsigned char *block) {
+  float amax = 0.0f;
+  for (uint32_t i = 0; i < kMxfp4GroupSize; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+  const int shared = mxfp4_shared_exponent(amax);
   block[0] = static_cast<unsigned char>(shared + static_cast<int>(kE8m0Bias));
   uint8_t codes[kSubBlock];
   for (uint32_t i = 0; i < kMxfp4GroupSize; ++i) {
@@ -377,14 +382,16 @@ void quantize_row(DType dtype, uint32_t group_size, const float *src, size_t col
       kernels::conversion_quantize_row_q8()(src, cols, group_size, dst);
       return;
     case DType::Q8F16:
-      for (size_t c = 0; c < cols; c += kQ8F16GroupSize, out += kQ8F16BlockBytes) detail::quantize_q8f16_scalar(src + c, out);
+      for (size_t c = 0; c < cols; c += kQ8F16GroupSize, out += kQ8F16BlockBytes)
+        detail::quantize_q8f16_scalar(src + c, out);
       return;
     case DType::Q4:
       for (size_t c = 0; c < cols; c += group_size, out += q4_block_bytes(group_size))
         detail::quantize_q4_scalar(src + c, group_size, out);
       return;
     case DType::MXFP4:
-      for (size_t c = 0; c < cols; c += kMxfp4GroupSize, out += kMxfp4BlockBytes) detail::quantize_mxfp4_scalar(src + c, out);
+      for (size_t c = 0; c < cols; c += kMxfp4GroupSize, out += kMxfp4BlockBytes)
+        detail::quantize_mxfp4_scalar(src + c, out);
       return;
     default: return;
   }

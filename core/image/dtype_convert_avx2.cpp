@@ -1,8 +1,8 @@
 // core/image/dtype_convert_avx2.cpp — AVX2 twins of the f16 widening and the q4, q8f16 and
-// mxfp4 quantisers of dtype_convert.cpp (see dtype_convert_avx2.h). Every step is the scalar rule's operation on
-// eight lanes: the same IEEE division (no reciprocal), truncation, compares and clamps, so the
-// bytes are the scalar ones; only the order of the max/min reductions differs, which changes
-// no result.
+// mxfp4 quantisers of dtype_convert.cpp (see dtype_convert_avx2.h). Every step is the scalar
+// rule's operation on eight lanes: the same IEEE division (no reciprocal), truncation, compares
+// and clamps, so the bytes are the scalar ones; only the order of the max/min reductions
+// differs, which changes no result.
 #include "image/dtype_convert_avx2.h"
 
 #include <immintrin.h>
@@ -81,7 +81,8 @@ __m256 round_clamped(__m256 t, float lo, float hi) {
 // |x - s·q| in double for eight lanes, folded into *err.
 void fold_error(__m256 x, __m256 stored, __m256d *err) {
   const __m256d sign = _mm256_set1_pd(-0.0);
-  const __m256d lo = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x)), _mm256_cvtps_pd(_mm256_castps256_ps128(stored)));
+  const __m256d lo =
+      _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x)), _mm256_cvtps_pd(_mm256_castps256_ps128(stored)));
   const __m256d hi =
       _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)), _mm256_cvtps_pd(_mm256_extractf128_ps(stored, 1)));
   *err = _mm256_max_pd(*err, _mm256_max_pd(_mm256_andnot_pd(sign, lo), _mm256_andnot_pd(sign, hi)));
@@ -167,16 +168,7 @@ double quantize_row_mxfp4_avx2(const float *x, size_t cols, unsigned char *out) 
   for (size_t c = 0; c < cols; c += kMxfp4GroupSize, out += kMxfp4BlockBytes) {
     const float *g = x + c;
     const float amax = max_magnitude(g, kMxfp4GroupSize);
-    // The shared exponent as quantize_mxfp4 computes it (once per group: scalar).
-    constexpr int kE2m1MaxExponent = 2;
-    int shared = -static_cast<int>(kE8m0Bias);
-    if (amax > 0.0f) {
-      int exponent = 0;
-      std::frexp(amax, &exponent);
-      shared = exponent - 1 - kE2m1MaxExponent;
-      if (shared < -static_cast<int>(kE8m0Bias)) shared = -static_cast<int>(kE8m0Bias);
-      if (shared > static_cast<int>(kE8m0Bias)) shared = static_cast<int>(kE8m0Bias);
-    }
+    const int shared = mxfp4_shared_exponent(amax);  // once per group: the scalar rule's
     out[0] = static_cast<unsigned char>(shared + static_cast<int>(kE8m0Bias));
     // x · 2^-shared: the float product of x and an exact power of two rounds once, as the
     // scalar rule's exact double product cast to float does. The stored value is 2^shared

@@ -15,6 +15,8 @@ namespace colibri::image::detail {
 void quantize_q4_scalar(const float *x, uint32_t group_size, unsigned char *block);
 void quantize_q8f16_scalar(const float *x, unsigned char *block);
 void quantize_mxfp4_scalar(const float *x, unsigned char *block);
+// mxfp4's shared exponent e − 127 of a group whose largest magnitude is amax (both quantisers').
+int mxfp4_shared_exponent(float amax);
 
 // Whether this build has the functions below (x86-64) — the CPU must still be checked.
 #if defined(COLIBRI_IMAGE_AVX2)
